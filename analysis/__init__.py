@@ -1,0 +1,1 @@
+"""Measurement and analysis: timing harness, FLOP model, provenance, experiments, tables, figures, report."""

@@ -1,0 +1,455 @@
+"""Figures for one GPU, drawn from the tidy result rows of ``analysis.tables``.
+
+Every figure function takes ``(df, out_png)``, writes the PNG and returns the tidy frame it actually
+plotted, so the caller can store that "table behind the figure" next to the image. Only rows that
+finished (``status == "ok"``) and were timed are drawn; the memory figure also marks out-of-memory
+points, because where a method runs out of memory is part of the result.
+
+A function with nothing to draw raises ``NoDataError``; ``render_all`` turns that into a skip entry so
+a partial run still gets a report.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+# Files only, never a window: this runs in workflow jobs and on headless GPU machines.
+matplotlib.use("Agg")
+
+OURS = "ours-fa2"
+BASELINE = "naive"
+
+# One fixed colour and marker per implementation, so an impl looks the same in every figure and
+# on every GPU. Markers differ too, so the lines stay apart in greyscale and for colour-blind readers.
+PALETTE = {
+    "ours-fa2": "#d62728",
+    "naive": "#7f7f7f",
+    "sdpa-math": "#8c564b",
+    "sdpa-efficient": "#1f77b4",
+    "sdpa-flash": "#2ca02c",
+    "sdpa-cudnn": "#9467bd",
+}
+MARKERS = {
+    "ours-fa2": "o",
+    "naive": "s",
+    "sdpa-math": "v",
+    "sdpa-efficient": "^",
+    "sdpa-flash": "D",
+    "sdpa-cudnn": "P",
+}
+# Implementations outside PALETTE (added later) get these, in alphabetical order of their names.
+_SPARE_COLOURS = ["#17becf", "#bcbd22", "#e377c2", "#ff7f0e", "#393b79", "#637939"]
+DTYPE_ORDER = ["float16", "bfloat16", "float32", "float64"]
+_TRUE = {"true", "1", "1.0", "yes"}
+_SHAPE = ["batch", "heads", "seqlen_q", "seqlen_k", "head_dim"]
+_NUMERIC = ["ms_median", "ms_p20", "ms_p80", "tflops", "peak_mem_mib"]
+# Leading columns of every table behind a figure.
+_ID = [
+    "gpu",
+    "gpu_name",
+    "dtype",
+    "head_dim",
+    "causal",
+    "panel",
+    "impl",
+    "mode",
+    "batch",
+    "heads",
+    "seqlen_q",
+    "seqlen_k",
+]
+# What a row and its naive counterpart must share for a speed-up to compare like with like.
+_MATCH = ["dtype", "head_dim", "causal", "seqlen_q", "seqlen_k", "batch", "heads", "mode"]
+
+DPI = 110
+FACET_HEIGHT = 2.8
+FACET_ASPECT = 1.2
+
+
+class NoDataError(ValueError):
+    """The table holds no rows this figure can draw."""
+
+
+def _as_bool(s: pd.Series) -> pd.Series:
+    # A CSV round trip may hand back real bools or the strings "True"/"False".
+    return s.map(lambda v: str(v).strip().lower() in _TRUE).astype(bool)
+
+
+def prepare(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """Rows of one experiment with bools, numbers and the facet label (``panel``) normalised.
+
+    Raises ``ValueError`` if the table mixes GPUs: every figure and summary is for one GPU.
+    """
+    gpus = df["gpu"].dropna().unique()
+    if len(gpus) > 1:
+        raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
+    d = df[df["experiment"] == experiment].copy()
+    d["causal"] = _as_bool(d["causal"])
+    d["timed"] = _as_bool(d["timed"])
+    for c in _SHAPE + _NUMERIC:
+        d[c] = pd.to_numeric(d[c], errors="coerce")
+    # A row without a shape cannot be placed on any axis.
+    d = d.dropna(subset=_SHAPE)
+    for c in _SHAPE:
+        d[c] = d[c].astype("int64")
+    d["dtype"] = d["dtype"].astype(str)
+    d["panel"] = [_panel_label(h, c) for h, c in zip(d["head_dim"], d["causal"])]
+    return d
+
+
+def _panel_label(head_dim: int, causal: bool) -> str:
+    return f"d={head_dim}, {'causal' if causal else 'non-causal'}"
+
+
+def ok_timed(d: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a ``prepare``d frame that finished and were timed: the only ones with a valid time."""
+    return d[(d["status"] == "ok") & d["timed"]]
+
+
+def _require(d: pd.DataFrame, what: str) -> None:
+    if d.empty:
+        raise NoDataError(what)
+
+
+def _impl_order(impls) -> list[str]:
+    known = [i for i in PALETTE if i in set(impls)]
+    return known + sorted(set(impls) - set(PALETTE))
+
+
+def _colour(impl: str, order: list[str]) -> str:
+    if impl in PALETTE:
+        return PALETTE[impl]
+    extras = [i for i in order if i not in PALETTE]
+    return _SPARE_COLOURS[extras.index(impl) % len(_SPARE_COLOURS)]
+
+
+def _line_style(impl: str, order: list[str]) -> dict:
+    style = {"color": _colour(impl, order), "marker": MARKERS.get(impl, "o")}
+    if impl == OURS:
+        style.update(linewidth=2.8, markersize=7, zorder=5)
+    else:
+        style.update(linewidth=1.4, markersize=4.5, zorder=3, alpha=0.9)
+    return style
+
+
+def _legend_handles(order: list[str]) -> dict:
+    return {impl: Line2D([], [], **_line_style(impl, order)) for impl in order}
+
+
+def _fmt_n(n: float) -> str:
+    n = int(n)
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _log2_x(ax, ns) -> None:
+    """log2 x-axis with a labelled tick at every sequence length that was measured."""
+    ns = sorted({int(n) for n in ns})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns)
+    ax.set_xticklabels([_fmt_n(n) for n in ns])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", which="minor", bottom=False)
+
+
+def _grid(d: pd.DataFrame, height: float = FACET_HEIGHT, aspect: float = FACET_ASPECT) -> sns.FacetGrid:
+    """Columns: one per (head_dim, causal); rows: one per dtype."""
+    panels = (
+        d[["head_dim", "causal", "panel"]]
+        .drop_duplicates()
+        .sort_values(["head_dim", "causal"])["panel"]
+        .tolist()
+    )
+    present = set(d["dtype"])
+    dtypes = [t for t in DTYPE_ORDER if t in present] + sorted(present - set(DTYPE_ORDER))
+    return sns.FacetGrid(
+        d,
+        row="dtype",
+        col="panel",
+        row_order=dtypes,
+        col_order=panels,
+        height=height,
+        aspect=aspect,
+        margin_titles=True,
+        sharex=True,
+        sharey=True,
+        dropna=False,
+        despine=True,
+    )
+
+
+def _facets(g: sns.FacetGrid, d: pd.DataFrame):
+    """(axis, rows of that facet) for every facet, empty facets included."""
+    for (dtype, panel), ax in g.axes_dict.items():
+        yield ax, d[(d["dtype"] == dtype) & (d["panel"] == panel)]
+
+
+def _title(d: pd.DataFrame, what: str) -> str:
+    names = d["gpu_name"].dropna().unique()
+    gpu = str(names[0]) if len(names) else str(next(iter(d["gpu"].dropna().unique()), "GPU"))
+    # Name what the facets and the x-axis leave fixed: batch and heads themselves when constant,
+    # else the products the FlashAttention-2 setting keeps fixed (tokens per batch, hidden size).
+    setting = []
+    for col, product, label, product_label in (
+        ("batch", "seqlen_q", "B", "B×N"),
+        ("heads", "head_dim", "H", "H×d"),
+    ):
+        if d[col].nunique() == 1:
+            setting.append(f"{label} = {int(d[col].iloc[0])}")
+        elif (d[col] * d[product]).nunique() == 1:
+            setting.append(f"{product_label} = {int((d[col] * d[product]).iloc[0])}")
+    return f"{gpu}: {what}" + (f" ({', '.join(setting)})" if setting else "")
+
+
+def _finish(g: sns.FacetGrid, title: str, xlabel: str, ylabel: str, legend: dict, out_png) -> None:
+    g.set_titles(row_template="{row_name}", col_template="{col_name}")
+    g.set_axis_labels(xlabel, ylabel)
+    g.add_legend(legend_data=legend, title="implementation")
+    g.figure.suptitle(title, fontweight="bold")
+    # Room for the title above the column titles, in inches so it holds for any number of rows.
+    g.figure.subplots_adjust(top=1 - 0.55 / g.figure.get_figheight())
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    g.figure.savefig(out_png, dpi=DPI, bbox_inches="tight")
+    plt.close(g.figure)
+
+
+@contextmanager
+def _theme():
+    # Scoped rather than sns.set_theme(), so importing this module changes no global matplotlib state.
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
+        yield
+
+
+def fa2_forward(df: pd.DataFrame) -> pd.DataFrame:
+    """Finished, timed forward rows of the ``fa2-setting`` experiment, ``prepare``d."""
+    d = prepare(df, "fa2-setting")
+    return ok_timed(d[d["mode"] == "fwd"])
+
+
+def attention_tflops(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Forward attention throughput (TFLOP/s) against sequence length N in the FlashAttention-2 setting.
+
+    Experiment ``fa2-setting``, mode ``fwd``: one line per implementation, columns of facets per
+    (head_dim, causal), rows per dtype, log2 x-axis. The band spans the throughput at the 80th and
+    20th percentile times (``tflops * ms_median / ms_p80`` to ``tflops * ms_median / ms_p20``).
+    """
+    d = fa2_forward(df).dropna(subset=["tflops"])
+    _require(d, "no ok timed forward rows for experiment 'fa2-setting'")
+    d = d.assign(
+        tflops_lo=d["tflops"] * d["ms_median"] / d["ms_p80"],
+        tflops_hi=d["tflops"] * d["ms_median"] / d["ms_p20"],
+    )
+    order = _impl_order(d["impl"].unique())
+    with _theme():
+        g = _grid(d)
+        for ax, sub in _facets(g, d):
+            for impl in order:
+                s = sub[sub["impl"] == impl].sort_values("seqlen_q")
+                if s.empty:
+                    continue
+                style = _line_style(impl, order)
+                ax.plot(s["seqlen_q"], s["tflops"], **style)
+                ax.fill_between(
+                    s["seqlen_q"],
+                    s["tflops_lo"],
+                    s["tflops_hi"],
+                    color=style["color"],
+                    alpha=0.2,
+                    linewidth=0,
+                    zorder=style["zorder"] - 1,
+                )
+            _log2_x(ax, d["seqlen_q"])
+            ax.set_ylim(bottom=0)
+        _finish(
+            g,
+            _title(d, "forward attention throughput"),
+            "sequence length N",
+            "TFLOP/s",
+            _legend_handles(order),
+            out_png,
+        )
+    cols = _ID + [
+        "ms_median",
+        "ms_p20",
+        "ms_p80",
+        "tflops",
+        "tflops_lo",
+        "tflops_hi",
+        "kernel_config",
+    ]
+    return _tidy(d[cols])
+
+
+def speedup_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Speed-up over ``naive`` (naive ms_median / impl ms_median) of every other implementation.
+
+    Rows are matched on dtype, head_dim, causal, seqlen_q, seqlen_k, batch, heads and mode; a point
+    where naive did not finish (e.g. out of memory) has no speed-up and is left out.
+    """
+    d = fa2_forward(df).dropna(subset=["ms_median"])
+    ref = d[d["impl"] == BASELINE][_MATCH + ["ms_median"]].rename(columns={"ms_median": "naive_ms_median"})
+    others = d[d["impl"] != BASELINE]
+    out = others.merge(ref, on=_MATCH, how="inner")
+    out = out.assign(speedup=out["naive_ms_median"] / out["ms_median"])
+    cols = _ID + [
+        "ms_median",
+        "naive_ms_median",
+        "speedup",
+        "kernel_config",
+    ]
+    return _tidy(out[cols])
+
+
+def attention_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Forward speed-up of each implementation over naive PyTorch attention against N.
+
+    Experiment ``fa2-setting``, mode ``fwd``; values from ``speedup_table``. Same facets as
+    ``attention_tflops``; the dashed line at 1 is naive itself, so a point above it is faster.
+    """
+    d = speedup_table(df)
+    _require(d, "no ok timed forward rows of 'fa2-setting' matched to a naive row")
+    order = _impl_order(d["impl"].unique())
+    with _theme():
+        g = _grid(d)
+        for ax, sub in _facets(g, d):
+            ax.axhline(1.0, color=PALETTE[BASELINE], linestyle="--", linewidth=1.2, zorder=2)
+            for impl in order:
+                s = sub[sub["impl"] == impl].sort_values("seqlen_q")
+                if not s.empty:
+                    ax.plot(s["seqlen_q"], s["speedup"], **_line_style(impl, order))
+            _log2_x(ax, d["seqlen_q"])
+            ax.set_ylim(bottom=0)
+        legend = _legend_handles(order)
+        legend[f"{BASELINE} (= 1)"] = Line2D([], [], color=PALETTE[BASELINE], linestyle="--", linewidth=1.2)
+        _finish(
+            g,
+            _title(d, "forward speed-up over naive attention"),
+            "sequence length N",
+            "speed-up over naive (×)",
+            legend,
+            out_png,
+        )
+    return d
+
+
+def attention_memory(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Extra peak memory of one forward call (MiB) against N, log–log, per implementation.
+
+    Experiment ``memory``. Points that ran out of memory are drawn as an "x" in the implementation's
+    colour on the dotted "out of memory" line above all measured values. The returned table holds the
+    measured rows and the out-of-memory rows, told apart by ``status``.
+    """
+    d = prepare(df, "memory")
+    ok = ok_timed(d).dropna(subset=["peak_mem_mib"])
+    ok = ok[ok["peak_mem_mib"] > 0]  # zero cannot sit on a log axis
+    _require(ok, "no ok timed rows with a peak memory for experiment 'memory'")
+    oom = d[d["status"] == "oom"]
+    d = pd.concat([ok, oom], ignore_index=True)
+    order = _impl_order(d["impl"].unique())
+    # One shared level for OOM marks, above every measured value, so they never read as a measurement.
+    oom_y = ok["peak_mem_mib"].max() * 3
+    with _theme():
+        # Usually a single panel, so give it the room a whole row of the other figures gets.
+        g = _grid(d, height=3.6, aspect=1.5)
+        for ax, sub in _facets(g, d):
+            for impl in order:
+                s = sub[(sub["impl"] == impl) & (sub["status"] == "ok")].sort_values("seqlen_q")
+                if not s.empty:
+                    ax.plot(s["seqlen_q"], s["peak_mem_mib"], **_line_style(impl, order))
+            _draw_oom(ax, sub[sub["status"] == "oom"], oom_y, order)
+            _log2_x(ax, d["seqlen_q"])
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.set_ylim(top=oom_y * 2.5)
+        legend = _legend_handles(order)
+        if not oom.empty:
+            legend["out of memory"] = Line2D(
+                [], [], color="black", marker="x", markersize=8, markeredgewidth=2, linestyle=":"
+            )
+        _finish(
+            g,
+            _title(d, "extra peak memory of one forward call"),
+            "sequence length N",
+            "extra peak memory (MiB)",
+            legend,
+            out_png,
+        )
+    cols = _ID + [
+        "status",
+        "peak_mem_mib",
+        "ms_median",
+        "message",
+    ]
+    return _tidy(d[cols], extra_sort=["status"])
+
+
+def _draw_oom(ax, oom: pd.DataFrame, y: float, order: list[str]) -> None:
+    if oom.empty:
+        return
+    ax.axhline(y, color="black", linestyle=":", linewidth=1, zorder=1)
+    ax.text(0.01, y, "out of memory", transform=ax.get_yaxis_transform(), va="bottom", fontsize=8)
+    for n, at_n in oom.groupby("seqlen_q"):
+        impls = [i for i in order if i in set(at_n["impl"])]
+        # Several methods can run out at the same N; spread their marks sideways so none hides another.
+        offsets = np.linspace(-0.1, 0.1, len(impls)) if len(impls) > 1 else [0.0]
+        for impl, off in zip(impls, offsets):
+            ax.plot(
+                [n * 2**off],
+                [y],
+                linestyle="none",
+                marker="x",
+                markersize=9,
+                markeredgewidth=2.2,
+                color=_colour(impl, order),
+                zorder=6,
+            )
+
+
+def _tidy(d: pd.DataFrame, extra_sort: list[str] | None = None) -> pd.DataFrame:
+    keys = ["dtype", "head_dim", "causal", "impl"] + (extra_sort or []) + ["seqlen_q", "seqlen_k"]
+    return d.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+# figure name -> (function, caption file in reports/captions/)
+FIGURES = {
+    "attention_tflops": (attention_tflops, "attention_tflops.rst"),
+    "attention_speedup": (attention_speedup, "attention_speedup.rst"),
+    "attention_memory": (attention_memory, "attention_memory.rst"),
+}
+
+
+def render_all(df: pd.DataFrame, out_dir) -> list[dict]:
+    """Write ``<name>.png`` and ``<name>.csv`` for every figure in ``FIGURES`` into ``out_dir``.
+
+    Returns one dict per figure: ``name``, ``png`` and ``csv`` (paths as str, or None when skipped),
+    ``caption`` (the caption file name) and ``reason`` (why it was skipped, else None). A figure with
+    nothing to draw is skipped rather than failing, so a partial run still yields a report.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, (func, caption) in FIGURES.items():
+        entry = {"name": name, "png": None, "csv": None, "caption": caption, "reason": None}
+        png, csv = out_dir / f"{name}.png", out_dir / f"{name}.csv"
+        try:
+            table = func(df, png)
+        except NoDataError as e:
+            entry["reason"] = str(e)
+            # A figure left from an earlier, fuller run would otherwise pass for this run's result.
+            png.unlink(missing_ok=True)
+            csv.unlink(missing_ok=True)
+        else:
+            table.to_csv(csv, index=False)
+            entry.update(png=str(png), csv=str(csv))
+        entries.append(entry)
+    return entries

@@ -1,0 +1,30 @@
+"""FLOP model of attention, defined once and used by benchmarks, audit and figures alike.
+
+Forward: two matrix products (Q Kᵀ and P V) of 2·Nq·Nk·d FLOPs each per batch and head, so
+4·B·H·Nq·Nk·d; causal attention is counted as half of that (the convention of the FlashAttention papers
+and their benchmarks, so that TFLOP/s figures compare with theirs; the exact visible fraction is
+(N+1)/(2N), 0.1% more at N = 512). The softmax's exponentials and sums are not counted. Backward is 2.5×
+forward (five matrix products instead of two), again as the papers count.
+"""
+
+from __future__ import annotations
+
+BACKWARD_FACTOR = 2.5
+MODES = {"fwd": 1.0, "bwd": BACKWARD_FACTOR, "fwd+bwd": 1.0 + BACKWARD_FACTOR}
+
+
+def attention_flops(
+    batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool = False, mode: str = "fwd"
+) -> float:
+    """FLOPs of attention: 4·B·H·Nq·Nk·d forward, halved if causal, ×2.5 backward, ×3.5 fwd+bwd."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    fwd = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
+    if causal:
+        fwd *= 0.5
+    return fwd * MODES[mode]
+
+
+def tflops(flops: float, ms: float) -> float:
+    """Throughput in TFLOP/s of ``flops`` done in ``ms`` milliseconds."""
+    return flops / (ms * 1e-3) / 1e12

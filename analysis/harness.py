@@ -1,0 +1,167 @@
+"""The one benchmark harness. Every timed number in the project comes from here.
+
+Method, per benchmark point:
+
+1. Inputs are built (and the float64 reference computed) before anything is timed.
+2. Correctness gates speed: the implementation runs once, which also compiles and autotunes it, and its
+   output is compared with the float64 reference under the tolerance policy (``kernels.tolerance``).
+   A point that fails the check is recorded as ``mismatch`` and never timed.
+3. Peak extra memory: after a synchronise and ``reset_peak_memory_stats``, one call runs;
+   ``max_memory_allocated`` minus what was allocated before the call is the memory the call itself
+   needed (workspace, intermediates such as the N×N scores, and the output).
+4. Timing: ``triton.testing.do_bench``: a warm-up of ``warmup_ms``, then repetitions for about
+   ``rep_ms``, each timed with CUDA events and each preceded by overwriting a 256 MB buffer so that
+   the L2 cache holds none of the inputs; we report the median and the 20th/80th percentiles.
+5. Telemetry: while the point is timed, a thread samples NVML every 10 ms (SM and memory clock,
+   temperature, power), so that a throttled measurement can be recognised in the tables.
+
+Failures become statuses, never crashes: out of memory → ``oom``; an implementation that refuses the
+input (our kernels' TypeError/ValueError/NotImplementedError, SDPA's "no available kernel") →
+``unsupported``; anything else → ``error``; each with its message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from typing import Callable
+
+import torch
+
+DEFAULT_WARMUP_MS = 25
+DEFAULT_REP_MS = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    ms_median: float
+    ms_p20: float
+    ms_p80: float
+
+
+def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep_ms: float = DEFAULT_REP_MS) -> Timing:
+    """Median and 20th/80th percentile time of ``fn`` in ms (method in the module docstring, step 4)."""
+    import triton.testing
+
+    med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    return Timing(float(med), float(p20), float(p80))
+
+
+def peak_extra_memory_mib(fn: Callable[[], object], device: torch.device | None = None) -> float:
+    """Peak memory allocated during one call of ``fn`` beyond what was allocated before it, in MiB."""
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    out = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del out
+    return (peak - before) / 2**20
+
+
+class Telemetry:
+    """NVML sampler used as a context manager; ``summary()`` gives means (clocks, power) and max (temp)."""
+
+    FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w")
+
+    def __init__(self, index: int = 0, interval_s: float = 0.01):
+        self.index = index
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handle = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # no NVML (CPU machine, or a driver without it): telemetry stays empty
+            self._nvml = None
+
+    def _sample(self):
+        n, h = self._nvml, self._handle
+        return (
+            float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+            float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+            float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+            n.nvmlDeviceGetPowerUsage(h) / 1000.0,
+        )
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self._sample())
+            except Exception:
+                return
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self):
+        if self._handle is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        return False
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {k: math.nan for k in self.FIELDS}
+        cols = list(zip(*self.samples))
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        return {
+            "sm_clock_mhz": mean(cols[0]),
+            "mem_clock_mhz": mean(cols[1]),
+            "temp_c": max(cols[2]),
+            "power_w": mean(cols[3]),
+        }
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text and "shared memory" not in text
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """Map an exception from an implementation to a (status, message) pair for its row."""
+    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+    if is_oom(exc):
+        return "oom", message
+    if isinstance(exc, (TypeError, ValueError, NotImplementedError)):
+        return "unsupported", message
+    text = str(exc)
+    if "No available kernel" in text or "not supported" in text.lower():
+        return "unsupported", message
+    return "error", message
+
+
+def release_memory() -> None:
+    """Return cached blocks after an OOM so the next point starts clean."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class Progress:
+    """``[done/total] description`` lines with elapsed time, for each rule's log."""
+
+    def __init__(self, total: int, log: Callable[[str], None]):
+        self.total = total
+        self.done = 0
+        self.log = log
+        self.start = time.monotonic()
+
+    def step(self, description: str, status: str) -> None:
+        self.done += 1
+        self.log(f"[{self.done}/{self.total}] {description}: {status} ({time.monotonic() - self.start:.1f} s)")

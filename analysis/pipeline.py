@@ -1,0 +1,123 @@
+"""What the workflow's scripts do, as plain functions (the scripts only unpack ``snakemake`` and call these).
+
+Keeping this here, not in ``workflow/scripts``, lets the tests call every stage without Snakemake.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import tables
+
+log = logging.getLogger("pipeline")
+
+
+def setup_logging(log_path: str | Path | None) -> None:
+    """Send this job's log lines (progress included) to its Snakemake log file and to stderr."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_path, mode="w"))
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(message)s", handlers=handlers, force=True
+    )
+
+
+def check_gpu(expected_gpu: str) -> dict:
+    """This job's environment; fails clearly if the job landed on another GPU type than asked for."""
+    from analysis.provenance import environment
+
+    env = environment()
+    if env["gpu"] != expected_gpu:
+        raise RuntimeError(
+            f"results for GPU type {expected_gpu!r} were requested, but this job runs on "
+            f"{env['gpu_name']!r} (type {env['gpu']!r}); run on a {expected_gpu} node or set gpus: auto"
+        )
+    return env
+
+
+def record_environment(expected_gpu: str, out_json: str | Path) -> dict:
+    """Write the environment of a result set after checking the GPU type."""
+    env = check_gpu(expected_gpu)
+    Path(out_json).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_json).write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+    log.info("environment: %s", env)
+    return env
+
+
+def run_attention_shard(spec: dict, env_json: str | Path, out_csv: str | Path) -> pd.DataFrame:
+    """Measure one attention shard on this GPU and write its rows."""
+    from analysis.experiments import attention
+
+    env = check_gpu(json.loads(Path(env_json).read_text())["gpu"])
+    s = attention.Spec(**spec)
+    log.info("shard %s: %d points", Path(out_csv).stem, len(s.seqlens) * len(s.impls))
+    rows = attention.run(s, env, device="cuda", log_line=log.info)
+    return tables.write_rows(rows, out_csv)
+
+
+def run_interpreter_check(spec: dict, out_csv: str | Path) -> pd.DataFrame:
+    """Check our kernel in Triton's interpreter on the CPU (correctness only) and write the rows."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("set TRITON_INTERPRET=1 before Triton is imported (the workflow's rule does)")
+    import torch
+
+    from analysis.experiments import attention
+    from analysis.provenance import environment
+
+    torch.set_num_threads(1)
+    s = attention.Spec(**spec)
+    rows = attention.run(s, environment(), device="cpu", log_line=log.info)
+    return tables.write_rows(rows, out_csv)
+
+
+def collect(inputs, out_csv: str | Path) -> pd.DataFrame:
+    """Concatenate per-job result files into one table."""
+    df = tables.read_rows(inputs)
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_csv, index=False)
+    counts = df.groupby("status").size().to_dict() if len(df) else {}
+    log.info("collected %d rows from %d files into %s; statuses %s", len(df), len(list(inputs)), out_csv, counts)
+    return df
+
+
+def render_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
+    """Draw every figure for one GPU's table; writes ``manifest.json`` listing what was drawn or skipped."""
+    from analysis import figures
+
+    df = tables.read_rows([table_csv])
+    entries = figures.render_all(df, out_dir)
+    for e in entries:
+        e["table_source"] = str(table_csv)
+        if e["reason"]:
+            log.info("figure %s skipped: %s", e["name"], e["reason"])
+    (Path(out_dir) / "manifest.json").write_text(json.dumps(entries, indent=2) + "\n")
+    return entries
+
+
+def render_report(gpus: list[dict], checks_csv: str | Path | None, out_html: str | Path) -> Path:
+    """Render the HTML report. ``gpus``: dicts with slug, source, table, environment, figures_dir."""
+    from analysis import report
+    from analysis.provenance import git_sha, now_utc
+
+    sections = []
+    for g in gpus:
+        manifest = json.loads((Path(g["figures_dir"]) / "manifest.json").read_text())
+        sections.append(
+            {
+                "slug": g["slug"],
+                "source": g["source"],
+                "provenance": json.loads(Path(g["environment"]).read_text()),
+                "figures": manifest,
+                "table": tables.read_rows([g["table"]]),
+            }
+        )
+    checks = tables.read_rows([checks_csv]) if checks_csv else None
+    generated = {"timestamp": now_utc(), "git_sha": git_sha()}
+    return report.render_report(out_html, sections, checks, generated=generated)

@@ -1,0 +1,138 @@
+"""Provenance: which GPU, driver and software produced a result, and from which commit.
+
+Every result row carries these fields, and each result set writes them once to ``environment.json``.
+The GPU is read through NVML (nvidia-ml-py), which also names it when PyTorch is not yet initialised;
+the slug derived from its name (``NVIDIA H200`` → ``h200``) is the GPU-type wildcard of the workflow.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+GIT_SHA_ENV = "KERNELS_AUDIT_GIT_SHA"  # set where the checkout has no .git (e.g. a copied tree)
+CPU_SLUG = "cpu"
+
+
+def gpu_slug(name: str) -> str:
+    """A short, path-safe name for a GPU model: ``NVIDIA A100-SXM4-80GB`` → ``a100-sxm4-80gb``."""
+    text = name.lower()
+    for word in ("nvidia", "geforce", "tesla"):
+        text = re.sub(rf"\b{word}\b", " ", text)
+    text = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+    if not text:
+        raise ValueError(f"cannot derive a GPU slug from {name!r}")
+    return text
+
+
+@lru_cache(maxsize=1)
+def nvml_gpu() -> dict | None:
+    """Name, slug, driver, memory and index of the first visible GPU through NVML, or None."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        if pynvml.nvmlDeviceGetCount() == 0:
+            return None
+        index = _visible_index()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+        return {
+            "gpu_name": name,
+            "gpu": gpu_slug(name),
+            "driver": driver,
+            "memory_gib": round(mem / 2**30, 1),
+            "nvml_index": index,
+        }
+    except pynvml.NVMLError:
+        return None
+
+
+def _visible_index() -> int:
+    # NVML ignores CUDA_VISIBLE_DEVICES; honour its first entry when it is a plain index
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+def detect_gpu_slug() -> str:
+    """The GPU type of this machine, or ``cpu`` when there is no usable NVIDIA GPU."""
+    gpu = nvml_gpu()
+    return gpu["gpu"] if gpu else CPU_SLUG
+
+
+def git_sha(repo: str | Path | None = None) -> str:
+    """Commit of the code that ran (with ``-dirty`` if the tree had uncommitted changes)."""
+    pinned = os.environ.get(GIT_SHA_ENV, "").strip()
+    if pinned:
+        return pinned
+    cwd = Path(repo) if repo else Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd, capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("-dirty" if dirty else "")
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def environment() -> dict:
+    """Everything a result needs to be reproduced: GPU, driver, CUDA, libraries, commit, time."""
+    import numpy
+    import pandas
+    import torch
+    import triton
+
+    gpu = nvml_gpu()
+    env = {
+        "gpu_name": gpu["gpu_name"] if gpu else "none (CPU)",
+        "gpu": gpu["gpu"] if gpu else CPU_SLUG,
+        "driver": gpu["driver"] if gpu else "",
+        "cuda": torch.version.cuda or "",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "git_sha": git_sha(),
+        "timestamp": now_utc(),
+        "numpy": numpy.__version__,
+        "pandas": pandas.__version__,
+        "platform": platform.platform(terse=True),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET", "0"),
+    }
+    if gpu:
+        env["memory_gib"] = gpu["memory_gib"]
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env["sm_count"] = props.multi_processor_count
+        env["compute_capability"] = f"{props.major}.{props.minor}"
+        env["cudnn"] = str(torch.backends.cudnn.version())
+    return env
+
+
+ROW_FIELDS = ("gpu_name", "gpu", "driver", "cuda", "torch", "triton", "python", "git_sha")
+
+
+def row_provenance(env: dict) -> dict:
+    """The provenance columns every result row carries (the timestamp is per row)."""
+    return {k: env.get(k, "") for k in ROW_FIELDS}

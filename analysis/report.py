@@ -1,0 +1,250 @@
+"""The self-contained HTML report: figures, the tables behind them, failures and correctness checks.
+
+``render_report`` fills ``reports/templates/report.html.j2`` with jinja2 (autoescape on). Images are
+embedded as base64 data URIs and the CSS is inline, so the single HTML file can be mailed or archived
+and still shows everything. The summary tables are computed here from the result rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import numbers
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pandas as pd
+from markupsafe import Markup
+
+from analysis.figures import DTYPE_ORDER, OURS, PALETTE, fa2_forward
+from analysis.tables import STATUSES
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = ROOT / "reports" / "templates"
+CAPTIONS = ROOT / "reports" / "captions"
+TEMPLATE = "report.html.j2"
+REFERENCE = "sdpa-flash"
+RATIO_COLUMN = f"{OURS} / {REFERENCE}"
+MISSING = "—"
+
+
+def fmt(v) -> str:
+    """A cell as text: integers in full, other numbers to 3 significant digits, missing as a dash."""
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return MISSING
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        v = float(v)
+        if math.isinf(v):
+            return str(v)
+        if v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        # Below 1000, 3 significant digits; above, ".3g" would switch to exponent notation.
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and not pd.isna(v)
+
+
+def _table(df: pd.DataFrame | None) -> dict:
+    """A frame as header plus rows of formatted cells, for the template's table macro."""
+    if df is None:
+        df = pd.DataFrame()
+    rows = [
+        [{"text": fmt(v), "num": _is_number(v)} for v in rec] for rec in df.itertuples(index=False, name=None)
+    ]
+    return {"columns": [str(c) for c in df.columns], "rows": rows}
+
+
+def _shape(row) -> str:
+    def part(key):
+        v = pd.to_numeric(row.get(key), errors="coerce")
+        return "?" if pd.isna(v) else str(int(v))
+
+    nq, nk = part("seqlen_q"), part("seqlen_k")
+    n = f"N={nq}" if nq == nk else f"Nq={nq} Nk={nk}"
+    causal = str(row.get("causal")).strip().lower() in ("true", "1", "1.0")
+    return f"B={part('batch')} H={part('heads')} {n} d={part('head_dim')}" + (" causal" if causal else "")
+
+
+def _with_shape(df: pd.DataFrame) -> pd.Series:
+    return pd.Series([_shape(r) for r in df.to_dict("records")], index=df.index, dtype=object)
+
+
+def status_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Counts of each status per experiment × impl, with a total column."""
+    if df.empty:
+        return pd.DataFrame(columns=["experiment", "impl", "total"])
+    keys = df[["experiment", "impl"]].fillna(MISSING).astype(str)
+    counts = pd.crosstab([keys["experiment"], keys["impl"]], df["status"].fillna(MISSING).astype(str))
+    cols = [s for s in STATUSES if s in counts.columns] + sorted(set(counts.columns) - set(STATUSES))
+    counts = counts[cols]
+    counts["total"] = counts.sum(axis=1)
+    counts.columns.name = None
+    return counts.reset_index()
+
+
+def failures(df: pd.DataFrame) -> pd.DataFrame:
+    """Every row whose status is not ``ok``, with the message saying why."""
+    bad = df[df["status"] != "ok"]
+    return pd.DataFrame(
+        {
+            "experiment": bad["experiment"],
+            "impl": bad["impl"],
+            "dtype": bad["dtype"],
+            "mode": bad["mode"],
+            "shape": _with_shape(bad),
+            "status": bad["status"],
+            "message": bad["message"],
+        }
+    ).reset_index(drop=True)
+
+
+def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Best forward TFLOP/s per impl at the largest N of each (dtype, head_dim, causal) setting.
+
+    Experiment ``fa2-setting``, mode ``fwd``. "Largest N" is the largest sequence length at which any
+    implementation finished in that setting, so an impl that failed there shows as missing rather
+    than being compared at a smaller N. The last column is ours divided by sdpa-flash at that N.
+    """
+    d = fa2_forward(df).dropna(subset=["tflops"])
+    setting = ["dtype", "head_dim", "causal"]
+    if d.empty:
+        return pd.DataFrame(columns=setting + ["N", RATIO_COLUMN])
+    largest = d.groupby(setting)["seqlen_q"].transform("max")
+    at_n = d[d["seqlen_q"] == largest].rename(columns={"seqlen_q": "N"})
+    # Several rows per impl (e.g. kernel configurations) can exist at one point: report the best.
+    wide = at_n.pivot_table(index=setting + ["N"], columns="impl", values="tflops", aggfunc="max")
+    impls = [i for i in PALETTE if i in wide.columns] + sorted(set(wide.columns) - set(PALETTE))
+    wide = wide[impls]
+    ours = wide[OURS] if OURS in wide.columns else np.nan
+    ref = wide[REFERENCE] if REFERENCE in wide.columns else np.nan
+    wide[RATIO_COLUMN] = ours / ref
+    wide.columns.name = None
+    rank = {t: i for i, t in enumerate(DTYPE_ORDER)}
+    return (
+        wide.reset_index()
+        .sort_values(setting, key=lambda c: c.map(rank) if c.name == "dtype" else c, kind="stable")
+        .reset_index(drop=True)
+    )
+
+
+def correctness_table(checks: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Correctness-only rows: error against the float64 reference next to the allowed bound."""
+    if checks is None or checks.empty:
+        return None
+    return pd.DataFrame(
+        {
+            "impl": checks["impl"],
+            "dtype": checks["dtype"],
+            "mode": checks["mode"],
+            "shape": _with_shape(checks),
+            "max_abs_err": pd.to_numeric(checks["max_abs_err"], errors="coerce"),
+            "ref_err": pd.to_numeric(checks["ref_err"], errors="coerce"),
+            "err_bound": pd.to_numeric(checks["err_bound"], errors="coerce"),
+            "status": checks["status"],
+            "message": checks["message"],
+        }
+    ).reset_index(drop=True)
+
+
+def _data_uri(png) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(png).read_bytes()).decode("ascii")
+
+
+def _caption(file_name: str) -> list[str]:
+    """Caption paragraphs (blank-line separated in the .rst), each joined onto one line."""
+    text = (CAPTIONS / file_name).read_text(encoding="utf-8")
+    return [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
+
+
+def _figure(entry: dict) -> dict:
+    out = {
+        "name": entry["name"],
+        "caption": _caption(entry["caption"]),
+        "reason": entry.get("reason"),
+        "src": None,
+        "csv_name": None,
+        "table": None,
+    }
+    if entry.get("png"):
+        out["src"] = _data_uri(entry["png"])
+    if entry.get("csv"):
+        out["csv_name"] = Path(entry["csv"]).name
+        out["table"] = _table(pd.read_csv(entry["csv"]))
+    return out
+
+
+def _value_text(v) -> str:
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else fmt(v)
+
+
+def _gpu(g: dict) -> dict:
+    table = g.get("table")
+    table = table if table is not None else pd.DataFrame()
+    provenance = g.get("provenance") or {}
+    return {
+        "slug": g["slug"],
+        "name": provenance.get("gpu_name") or g["slug"],
+        "source": g.get("source", ""),
+        "provenance": [(str(k), _value_text(v)) for k, v in provenance.items()],
+        "figures": [_figure(e) for e in g.get("figures") or []],
+        "throughput": _table(throughput_summary(table)) if not table.empty else None,
+        "status": _table(status_summary(table)) if not table.empty else None,
+        "failures": _table(failures(table)) if not table.empty else None,
+    }
+
+
+def render_report(
+    out_html,
+    gpus: list[dict],
+    checks: pd.DataFrame | None,
+    title: str = "IO-aware attention kernels: benchmark and audit report",
+    generated: dict | None = None,
+    extra_sections: list[dict] | None = None,
+) -> Path:
+    """Write the report to ``out_html`` and return its path.
+
+    ``gpus``: one dict per GPU with ``slug``, ``source``, ``provenance`` (dict), ``figures`` (as
+    returned by ``analysis.figures.render_all``) and ``table`` (all result rows of that GPU).
+    ``checks``: correctness-only rows (experiment ``interpreter-check``) or None.
+    ``generated``: facts about this build shown in the header; ``timestamp`` and ``git_sha`` are
+    named explicitly, any other keys are listed. ``extra_sections``: dicts with ``title`` and
+    ``html``, placed before the GPU sections; their ``html`` is inserted as is, so the caller must
+    have escaped any data in it.
+    """
+    correctness = correctness_table(checks)
+    generated = dict(generated or {})
+    generated.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        # The template's ".j2" suffix defeats extension-based autoescape detection, so force it on.
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    html = env.get_template(TEMPLATE).render(
+        title=title,
+        timestamp=str(generated.pop("timestamp")),
+        git_sha=str(generated.pop("git_sha", "unknown")),
+        generated=[(str(k), _value_text(v)) for k, v in generated.items()],
+        extra_sections=[
+            {"id": f"extra-{i}", "title": s["title"], "html": Markup(s["html"])}
+            for i, s in enumerate(extra_sections or [])
+        ],
+        gpus=[_gpu(g) for g in gpus],
+        checks=_table(correctness) if correctness is not None else None,
+    )
+    out_html = Path(out_html)
+    out_html.parent.mkdir(parents=True, exist_ok=True)
+    out_html.write_text(html, encoding="utf-8")
+    return out_html

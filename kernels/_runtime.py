@@ -1,0 +1,35 @@
+"""Runtime facts shared by every kernel launcher: interpreter mode and input checks.
+
+Triton decides at import time whether ``@triton.jit`` functions run compiled or in the interpreter
+(``TRITON_INTERPRET=1``), so the same switch is read here once and the launchers agree with it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_device(*tensors: torch.Tensor, names: tuple[str, ...]) -> None:
+    """All tensors on one device, and that device able to run Triton in the current mode."""
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        listing = ", ".join(f"{n} on {t.device}" for n, t in zip(names, tensors))
+        raise ValueError(f"inputs must share one device, got {listing}")
+    device = tensors[0].device
+    if device.type == "cuda":
+        if INTERPRET:
+            raise ValueError(
+                "TRITON_INTERPRET=1 runs kernels on the CPU: pass CPU tensors, or unset TRITON_INTERPRET"
+            )
+        return
+    if device.type == "cpu" and not INTERPRET:
+        raise ValueError(
+            "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before importing kernels, "
+            "or move the tensors to a CUDA device"
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {device}; Triton kernels here run on CUDA GPUs")

@@ -1,0 +1,482 @@
+"""FlashAttention-2 forward in Triton.
+
+What it is: exact softmax attention ``softmax(Q Kᵀ · sm_scale) V`` computed tile by tile, following the
+FlashAttention-2 paper's loop order: one program per (block of BLOCK_M query rows, batch·head); the
+program keeps its Q tile, an fp32 output accumulator and the running row max ``m`` and row sum ``ℓ`` on
+chip, streams K and V through in BLOCK_N-row tiles, and never writes an N×N matrix. The softmax is the
+online one: scores are kept in the log2 domain (``exp2`` is the native instruction), the accumulator is
+rescaled by ``exp2(m_old - m_new)`` when the max grows, and the division by ℓ is deferred to the very end
+("lazy rescaling": no division inside the loop). The row logsumexp (natural log) is written out for a
+backward pass.
+
+Causal masking is aligned to the bottom-right corner when seqlen_q ≠ seqlen_k, as in FlashAttention ≥ 2.1:
+query row i sees key j iff ``j <= i + seqlen_k - seqlen_q``. K/V tiles that are fully masked for a Q tile
+are never loaded; tiles fully visible run an unmasked loop and only the tiles crossing the diagonal or
+the sequence end run the masked one. Query rows that see no key at all (possible only when
+seqlen_q > seqlen_k) produce zeros and a logsumexp of -inf.
+
+Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (padded inside the kernel to a
+power of two ≥ 16; the padded lanes are masked, never read from memory), float16 and bfloat16 on the
+GPU, float32 as an exact (IEEE, not TF32) teaching/testing mode, ``[batch, heads, seq, head_dim]``
+tensors with arbitrary strides. Does not handle: backward (forward only: inputs that require grad are
+refused rather than silently detached), dropout, attention bias, K/V heads ≠ Q heads, packed varlen.
+
+Tested: in Triton's interpreter on CPU (float16, float32; odd shapes) and on an NVIDIA H200 (float16,
+bfloat16) with Triton 3.6; see tests/kernels/test_fa2_forward.py.
+
+Layers, top to bottom: ``@triton.jit`` kernels; configuration (dataclass, factory, pruning, env pin);
+the launcher ``forward`` (checks, allocation, grid); the public function ``attention``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._runtime import INTERPRET, check_device
+
+__all__ = ["FA2Config", "attention", "forward", "default_configs", "last_config", "MAX_HEAD_DIM"]
+
+MAX_HEAD_DIM = 256
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_LOG2E = 1.4426950408889634
+
+
+# ---------------------------------------------------------------------------------------------------
+# Triton kernels
+# ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _attn_fwd_inner(
+    acc,  # (BLOCK_M, BLOCK_D) fp32, unnormalised output
+    l_i,  # (BLOCK_M,) fp32, running row sum of exp2
+    m_i,  # (BLOCK_M,) fp32, running row max in the scaled log2 domain
+    q,  # (BLOCK_M, BLOCK_D) input dtype, pre-loaded
+    k_ptrs,  # (BLOCK_N, BLOCK_D) pointers to the first K tile of this batch·head
+    v_ptrs,  # (BLOCK_N, BLOCK_D) pointers to the first V tile
+    stride_kn,
+    stride_vn,
+    offs_m,
+    offs_n,
+    offs_d,
+    lo,
+    hi,
+    seqlen_k,
+    diag,  # seqlen_k - seqlen_q: bottom-right causal alignment
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    IS_FP32: tl.constexpr,
+):
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        if MASKED:
+            kv_mask = cols[:, None] < seqlen_k
+            if not EVEN_D:
+                kv_mask = kv_mask & (offs_d[None, :] < HEAD_DIM)
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        if IS_FP32:
+            # the fp32 mode exists to be exact; Triton's default for an fp32 dot is TF32
+            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            qk = tl.dot(q, tl.trans(k))
+        if MASKED:
+            keep = cols[None, :] < seqlen_k
+            if IS_CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+            qk = tl.where(keep, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        if MASKED:
+            # a row that has seen no visible key still has m = -inf; exp2(-inf - -inf) would be NaN
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASKED:
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        if IS_FP32:
+            acc = tl.dot(p, v, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    Q,  # (B, H, Nq, d)
+    K,  # (B, H, Nk, d)
+    V,  # (B, H, Nk, d)
+    O,  # (B, H, Nq, d)
+    LSE,  # (B, H, Nq) fp32, natural-log logsumexp of the scaled scores
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    num_heads,
+    seqlen_q,
+    seqlen_k,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    start_m = tl.program_id(0) * BLOCK_M
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+
+    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    k_ptrs = K + off_b * stride_kb + off_h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = V + off_b * stride_vb + off_h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+
+    if EVEN_M and EVEN_D:
+        q = tl.load(q_ptrs)
+    elif EVEN_M:
+        q = tl.load(q_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    elif EVEN_D:
+        q = tl.load(q_ptrs, mask=offs_m[:, None] < seqlen_q, other=0.0)
+    else:
+        q = tl.load(q_ptrs, mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Split the K/V range into tiles every row of this Q tile sees whole (no mask: the fast loop) and
+    # tiles that cross the causal diagonal or the sequence end (masked); tiles past both are skipped.
+    if IS_CAUSAL:
+        diag = seqlen_k - seqlen_q
+        first_partial = tl.maximum(start_m + diag + 1, 0)  # keys below this are visible to every row
+        full_hi = (first_partial // BLOCK_N) * BLOCK_N
+        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), full_hi)
+    else:
+        diag = 0
+        if EVEN_N:
+            full_hi = seqlen_k
+        else:
+            full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
+        hi = seqlen_k
+
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+        0, full_hi, seqlen_k, diag, qk_scale,
+        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, IS_FP32,
+    )  # fmt: skip
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+        full_hi, hi, seqlen_k, diag, qk_scale,
+        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, IS_FP32,
+    )  # fmt: skip
+
+    # the one division of the whole kernel; rows with no visible key (l = 0) give 0, not NaN
+    seen = l_i > 0.0
+    l_safe = tl.where(seen, l_i, 1.0)
+    acc = acc / l_safe[:, None]
+    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+
+    tl.store(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+    o_ptrs = O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    out = acc.to(O.dtype.element_ty)
+    if EVEN_M and EVEN_D:
+        tl.store(o_ptrs, out)
+    else:
+        tl.store(o_ptrs, out, mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+
+
+_fwd_heuristic_kernel = triton.heuristics(
+    {
+        "EVEN_M": lambda a: a["seqlen_q"] % a["BLOCK_M"] == 0,
+        "EVEN_N": lambda a: a["seqlen_k"] % a["BLOCK_N"] == 0,
+    }
+)(_attn_fwd_kernel)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------------
+
+CONFIG_ENV = "KERNELS_FA2_CONFIG"
+
+
+@dataclasses.dataclass(frozen=True)
+class FA2Config:
+    """One launch configuration: tile sizes and the compiler's warps and pipeline depth."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    def to_triton(self) -> triton.Config:
+        return triton.Config(
+            {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n},
+            num_warps=self.num_warps,
+            num_stages=self.num_stages,
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"BLOCK_M={self.block_m},BLOCK_N={self.block_n},"
+            f"num_warps={self.num_warps},num_stages={self.num_stages}"
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> "FA2Config":
+        """Parse ``BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3`` (the form ``str`` prints)."""
+        fields = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "num_warps": "num_warps", "num_stages": "num_stages"}
+        values = {}
+        for part in text.split(","):
+            name, _, value = part.strip().partition("=")
+            if name not in fields or not value.strip().isdigit():
+                raise ValueError(f"cannot parse FA-2 config {text!r}: expected {str(cls(128, 64, 8, 3))!r}")
+            values[fields[name]] = int(value)
+        if set(values) != set(fields.values()):
+            raise ValueError(f"FA-2 config {text!r} must set all of {list(fields)}")
+        return cls(**values)
+
+    @classmethod
+    def from_triton(cls, cfg: triton.Config) -> "FA2Config":
+        return cls(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages)
+
+
+def default_configs() -> list[FA2Config]:
+    """The autotuning space.
+
+    On a GPU: 128-row Q tiles with 8 warps (two warpgroups, Hopper's wgmma shape) won at head dim 128
+    on an H200 (block sweep, Triton 3.6: 128×64 or 128×128 with 3–4 stages, 4 warps at half speed);
+    at head dim 64 four warps also do; 64-row tiles keep head dim 256 within registers and shared
+    memory and suit GPUs with less shared memory. The pruning filter drops what cannot fit the shape
+    or the device. Triton's automatic warp specialisation gave no gain there and failed to compile
+    with 4 warps, so it is not in the space.
+    In the interpreter, small tiles keep the CPU run short while still crossing several tiles.
+    """
+    if INTERPRET:
+        return [FA2Config(32, 16, 4, 1)]
+    return [
+        FA2Config(128, 128, 8, 3),
+        FA2Config(128, 64, 8, 3),
+        FA2Config(128, 64, 8, 4),
+        FA2Config(128, 64, 4, 3),
+        FA2Config(128, 128, 4, 3),
+        FA2Config(64, 64, 4, 3),
+        FA2Config(64, 32, 4, 2),
+    ]
+
+
+def _shared_mem_limit(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1 << 30
+    props = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
+    return int(props["max_shared_mem"])
+
+
+def _fits(cfg: FA2Config, block_d: int, elem_bytes: int, smem_limit: int) -> bool:
+    # Q tile once, K and V tiles once per pipeline stage; registers: the fp32 accumulator
+    # (BLOCK_M × BLOCK_D) spread over the program's threads must leave room for Q, P and addresses.
+    smem = (cfg.block_m * block_d + 2 * cfg.num_stages * cfg.block_n * block_d) * elem_bytes
+    acc_regs_per_thread = cfg.block_m * block_d // (32 * cfg.num_warps)
+    return smem <= smem_limit and acc_regs_per_thread <= 128
+
+
+def _prune(configs, named_args, **kwargs):
+    q = named_args["Q"]
+    block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D"))
+    limit = _shared_mem_limit(q.device)
+    seq_cap = max(16, triton.next_power_of_2(named_args["seqlen_q"]))
+    kept = []
+    for c in configs:
+        cfg = FA2Config.from_triton(c)
+        if cfg.block_m > seq_cap and cfg.block_m > 64:
+            continue
+        if _fits(cfg, block_d, q.element_size(), limit):
+            kept.append(c)
+    # never leave the tuner empty: the smallest tile always compiles
+    return kept or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+
+
+def _bench_for_tuning(fn, quantiles):
+    # shorter than do_bench's defaults: tuning is a ranking, the harness does the careful timing
+    return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=quantiles)
+
+
+_TUNERS: dict[tuple, object] = {}
+_LAST_CONFIG: list[FA2Config | None] = [None]
+
+
+def _tuner(configs: tuple[FA2Config, ...]):
+    """An autotuned kernel over ``configs`` (cached: each tuner keeps its own per-shape choices)."""
+    if configs not in _TUNERS:
+        _TUNERS[configs] = triton.autotune(
+            configs=[c.to_triton() for c in configs],
+            key=["seqlen_q", "seqlen_k", "HEAD_DIM", "IS_CAUSAL"],  # dtypes are part of the key too
+            prune_configs_by={"early_config_prune": _prune},
+            do_bench=_bench_for_tuning,
+        )(_fwd_heuristic_kernel)
+    return _TUNERS[configs]
+
+
+def _configs_in_effect(config: FA2Config | None) -> tuple[FA2Config, ...]:
+    if config is not None:
+        return (config,)
+    pinned = os.environ.get(CONFIG_ENV, "").strip()
+    if pinned:
+        return (FA2Config.parse(pinned),)
+    return tuple(default_configs())
+
+
+def last_config() -> FA2Config | None:
+    """The configuration the most recent ``forward`` call ran with (chosen by the tuner or pinned)."""
+    return _LAST_CONFIG[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------------
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_device(q, k, v, names=("q", "k", "v"))
+    b, h, _, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != b or k.shape[1] != h or k.shape[3] != d:
+        raise ValueError(
+            f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in batch, heads or head_dim "
+            "(grouped-query K/V heads are not supported by this kernel)"
+        )
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {d} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        # Triton's interpreter mis-computes tl.dot on bfloat16 (triton-lang/triton#11584)
+        raise TypeError("bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
+    if q.dtype == torch.bfloat16 and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] < 8:
+        raise TypeError("bfloat16 needs a GPU of compute capability 8.0 or newer")
+
+
+def forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    config: FA2Config | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel. Returns ``(out [B, H, Nq, d], lse [B, H, Nq] float32)``.
+
+    ``config`` pins one configuration (as does the environment variable ``KERNELS_FA2_CONFIG``);
+    otherwise the autotuner picks per shape and dtype. ``last_config()`` reports what ran.
+    """
+    _check_inputs(q, k, v)
+    b, h, seqlen_q, d = q.shape
+    seqlen_k = k.shape[2]
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(d)
+    if not math.isfinite(sm_scale) or sm_scale <= 0:
+        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((b, h, seqlen_q), device=q.device, dtype=torch.float32)
+    if out.numel() == 0:
+        lse.fill_(float("-inf"))
+        return out.zero_(), lse
+    if seqlen_k == 0:  # no keys: every row sees nothing
+        lse.fill_(float("-inf"))
+        return out.zero_(), lse
+
+    block_d = max(16, triton.next_power_of_2(d))
+    kernel = _tuner(_configs_in_effect(config))
+
+    def grid(meta):
+        return (triton.cdiv(seqlen_q, meta["BLOCK_M"]), b * h)
+
+    with torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext():
+        kernel[grid](
+            q, k, v, out, lse,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            h, seqlen_q, seqlen_k, float(sm_scale),
+            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
+            EVEN_D=d == block_d,
+        )  # fmt: skip
+    _LAST_CONFIG[0] = FA2Config.from_triton(kernel.best_config)
+    return out, lse
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public function
+# ---------------------------------------------------------------------------------------------------
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
+    """FlashAttention-2 forward: ``softmax(q kᵀ · sm_scale [+ causal mask]) v``.
+
+    Args:
+        q: ``[B, H, Nq, d]``; k, v: ``[B, H, Nk, d]``; float16 or bfloat16 (float32 runs in exact IEEE
+            mode, slowly). Any strides. 1 ≤ d ≤ 256.
+        causal: mask keys after the query, aligned to the bottom-right corner when Nq ≠ Nk.
+        sm_scale: score scale, default ``1/sqrt(d)``.
+
+    Returns: ``[B, H, Nq, d]`` in the input dtype.
+
+    Raises ``TypeError``/``ValueError`` for unsupported dtypes, devices, shapes or head dims, and
+    ``NotImplementedError`` when gradients are requested: this kernel is forward-only.
+    """
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            "kernels.attention.fa2 has no backward pass yet; call it under torch.no_grad() or on "
+            "tensors that do not require grad"
+        )
+    out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale)
+    return out

@@ -1,0 +1,106 @@
+"""Reference attention implementations, used by the tests and as benchmark baselines alike.
+
+- ``naive_attention``: the three-step materialising attention the articles describe (``baddbmm`` for the
+  scaled scores S, ``softmax`` for P, ``bmm`` for O), in the input dtype. S and P are N×N tensors in HBM:
+  this is the baseline whose memory and traffic FlashAttention removes.
+- ``reference_attention``: the same computation in float64 (on the given query rows only, so that a
+  long-sequence benchmark point can still be checked exactly at O(rows·N·d) cost).
+- ``sdpa_attention``: ``torch.nn.functional.scaled_dot_product_attention`` pinned to one backend
+  (``math``, ``efficient``, ``flash``, ``cudnn``), so a benchmark row names exactly what ran.
+
+All take ``[B, H, N, d]`` tensors and share one masking convention with the Triton kernels: causal masks
+are aligned to the bottom-right corner (query row i sees key j iff j <= i + Nk - Nq); a row that sees
+no key gives zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+SDPA_BACKENDS = ("math", "efficient", "flash", "cudnn")
+
+
+def _scale(d: int, sm_scale: float | None) -> float:
+    return 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+
+
+def causal_mask(rows: torch.Tensor, seqlen_q: int, seqlen_k: int) -> torch.Tensor:
+    """Boolean ``[len(rows), seqlen_k]``, True where the key is hidden from the query row."""
+    cols = torch.arange(seqlen_k, device=rows.device)
+    return cols[None, :] > rows[:, None] + (seqlen_k - seqlen_q)
+
+
+def _materialise(q, k, v, causal, sm_scale, rows, compute_dtype):
+    b, h, seqlen_q, d = q.shape
+    seqlen_k = k.shape[2]
+    if rows is None:
+        rows_t = torch.arange(seqlen_q, device=q.device)
+        qr = q
+    else:
+        rows_t = torch.as_tensor(rows, device=q.device, dtype=torch.long)
+        qr = q.index_select(2, rows_t)
+    r = qr.shape[2]
+    qf = qr.to(compute_dtype).reshape(b * h, r, d)
+    kf = k.to(compute_dtype).reshape(b * h, seqlen_k, d)
+    vf = v.to(compute_dtype).reshape(b * h, seqlen_k, d)
+    # step 1: S = scale · Q Kᵀ, written to memory as an N×N tensor
+    s = torch.baddbmm(
+        torch.empty((1, 1, 1), dtype=compute_dtype, device=q.device), qf, kf.transpose(1, 2), beta=0.0,
+        alpha=_scale(d, sm_scale),
+    )  # fmt: skip
+    if causal:
+        s.masked_fill_(causal_mask(rows_t, seqlen_q, seqlen_k)[None], float("-inf"))
+    # step 2: P = softmax(S), another N×N tensor
+    p = torch.softmax(s, dim=-1)
+    del s
+    if causal and seqlen_q > seqlen_k:
+        p = torch.nan_to_num(p, nan=0.0)  # rows that see no key
+    # step 3: O = P V
+    o = torch.bmm(p, vf)
+    return o.reshape(b, h, r, d)
+
+
+def naive_attention(q, k, v, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
+    """Three-step materialising attention in the input dtype (the articles' "standard attention")."""
+    return _materialise(q, k, v, causal, sm_scale, None, q.dtype)
+
+
+def naive_attention_rows(q, k, v, rows, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
+    """``naive_attention`` restricted to some query rows: identical arithmetic, row by row."""
+    return _materialise(q, k, v, causal, sm_scale, rows, q.dtype)
+
+
+def reference_attention(
+    q, k, v, causal: bool = False, sm_scale: float | None = None, rows: Sequence[int] | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Float64 attention (optionally only for ``rows`` of the query sequence): the ground truth."""
+    return _materialise(q, k, v, causal, sm_scale, rows, torch.float64)
+
+
+def sdpa_attention(q, k, v, causal: bool = False, sm_scale: float | None = None, backend: str = "flash"):
+    """PyTorch SDPA restricted to one backend; raises ``RuntimeError`` if that backend cannot run it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {
+        "math": SDPBackend.MATH,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }
+    if backend not in backends:
+        raise ValueError(f"unknown SDPA backend {backend!r}; choose from {SDPA_BACKENDS}")
+    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
+    kwargs = {"scale": sm_scale}
+    if causal and seqlen_q != seqlen_k:
+        # SDPA's is_causal is top-left aligned; the lower-right bias matches our convention
+        from torch.nn.attention.bias import causal_lower_right
+
+        kwargs["attn_mask"] = causal_lower_right(seqlen_q, seqlen_k)
+    else:
+        kwargs["is_causal"] = causal
+    with sdpa_kernel([backends[backend]]):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)

@@ -1,0 +1,51 @@
+# ---- attention_benchmark: one shard of the attention grid, timed on the GPU ---------------------------
+rule attention_benchmark:
+    input:
+        env=f"{RESULTS}/{{gpu}}/environment.json",
+    output:
+        f"{RESULTS}/{{gpu}}/attention/{{shard}}.csv",
+    params:
+        spec=lambda w: ATTENTION_SHARDS[w.shard],
+    log:
+        f"{RESULTS}/logs/{{gpu}}/attention/{{shard}}.log",
+    resources:
+        gpu=1,
+    script:
+        "../scripts/attention_benchmark.py"
+
+
+# ---- attention_collect: one table of every attention row measured on a GPU ----------------------------
+rule attention_collect:
+    input:
+        lambda w: expand(f"{RESULTS}/{w.gpu}/attention/{{shard}}.csv", shard=sorted(ATTENTION_SHARDS)),
+    output:
+        f"{RESULTS}/{{gpu}}/attention.csv",
+    log:
+        f"{RESULTS}/logs/{{gpu}}/attention_collect.log",
+    script:
+        "../scripts/collect.py"
+
+
+# ---- interpreter_check: the kernel's output in Triton's interpreter on the CPU (no timing) -------------
+rule interpreter_check:
+    output:
+        f"{RESULTS}/{CPU_SLUG}/checks/{{check}}.csv",
+    params:
+        spec=lambda w: CHECK_SHARDS[w.check],
+    log:
+        f"{RESULTS}/logs/{CPU_SLUG}/checks/{{check}}.log",
+    threads: 1
+    script:
+        "../scripts/interpreter_check.py"
+
+
+# ---- checks_collect: one table of every interpreter check ---------------------------------------------
+rule checks_collect:
+    input:
+        expand(f"{RESULTS}/{CPU_SLUG}/checks/{{check}}.csv", check=sorted(CHECK_SHARDS)),
+    output:
+        f"{RESULTS}/{CPU_SLUG}/checks.csv",
+    log:
+        f"{RESULTS}/logs/{CPU_SLUG}/checks_collect.log",
+    script:
+        "../scripts/collect.py"

@@ -1,0 +1,115 @@
+# Shared definitions: which GPU types are measured, which shards the grid has, where tables live.
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir)))  # the analysis/kernels packages, even if not installed
+
+from analysis.provenance import CPU_SLUG, detect_gpu_slug
+
+RESULTS = config["results_dir"]
+REFERENCE = config["reference_dir"]
+ATT = config["attention"]
+
+
+def measured_gpus():
+    """GPU types measured in this run: the config's list, or this machine's GPU (none on a CPU)."""
+    if config["gpus"] == "auto":
+        slug = detect_gpu_slug()
+        return [] if slug == CPU_SLUG else [slug]
+    return list(config["gpus"])
+
+
+def reference_gpus():
+    """GPU types with shipped results (reports/reference/<gpu>/attention.csv) not measured now."""
+    root = Path(REFERENCE)
+    shipped = sorted(p.parent.name for p in root.glob("*/attention.csv")) if root.is_dir() else []
+    return [g for g in shipped if g not in measured_gpus()]
+
+
+def report_gpus():
+    return measured_gpus() + reference_gpus()
+
+
+def _flag(causal):
+    return "causal" if causal else "full"
+
+
+def attention_shards():
+    """Shard name -> analysis.experiments.attention.Spec fields, for every GPU benchmark job."""
+    common = dict(warmup_ms=ATT["warmup_ms"], rep_ms=ATT["rep_ms"], check_rows=ATT["check_rows"])
+    fa2 = ATT["fa2_setting"]
+    shards = {}
+    for dtype in fa2["dtypes"]:
+        for d in fa2["head_dims"]:
+            for causal in fa2["causal"]:
+                shards[f"fa2-setting_{dtype}_d{d}_{_flag(causal)}"] = dict(
+                    experiment="fa2-setting", dtype=dtype, head_dim=d, causal=causal,
+                    seqlens=fa2["seqlens"], impls=ATT["impls"], tokens=fa2["tokens"], hidden=fa2["hidden"],
+                    **common,
+                )
+    mem = ATT["memory"]
+    shards[f"memory_{mem['dtype']}_d{mem['head_dim']}_{_flag(mem['causal'])}"] = dict(
+        experiment="memory", dtype=mem["dtype"], head_dim=mem["head_dim"], causal=mem["causal"],
+        seqlens=mem["seqlens"], impls=mem["impls"], batch=mem["batch"], heads=mem["heads"], **common,
+    )
+    return shards
+
+
+def interpreter_enabled():
+    flag = ATT["interpreter_check"]["enabled"]
+    return not measured_gpus() if flag == "auto" else bool(flag)
+
+
+def check_shards():
+    """Shard name -> Spec fields for the interpreter checks (CPU, correctness only)."""
+    c = ATT["interpreter_check"]
+    return {
+        f"check_{dtype}_d{d}_{_flag(causal)}": dict(
+            experiment="interpreter-check", dtype=dtype, head_dim=d, causal=causal, seqlens=c["seqlens"],
+            seqlen_k=c["seqlen_k"], batch=c["batch"], heads=c["heads"], impls=["ours-fa2"],
+            check_rows=ATT["check_rows"],
+        )
+        for dtype in c["dtypes"]
+        for d in c["head_dims"]
+        for causal in c["causal"]
+    }
+
+
+def table_path(gpu):
+    if gpu in measured_gpus():
+        return f"{RESULTS}/{gpu}/attention.csv"
+    return f"{REFERENCE}/{gpu}/attention.csv"
+
+
+def environment_path(gpu):
+    if gpu in measured_gpus():
+        return f"{RESULTS}/{gpu}/environment.json"
+    return f"{REFERENCE}/{gpu}/environment.json"
+
+
+def source_text(gpu):
+    if gpu in measured_gpus():
+        return "measured in this run"
+    return f"shipped reference results ({REFERENCE}/{gpu}/), not measured in this run"
+
+
+def checks_path():
+    return f"{RESULTS}/{CPU_SLUG}/checks.csv" if interpreter_enabled() else None
+
+
+def all_targets():
+    return [config["report"]]
+
+
+def _alternatives(names):
+    return "|".join(sorted(names)) or "(?!)"
+
+
+ATTENTION_SHARDS = attention_shards()
+CHECK_SHARDS = check_shards()
+
+
+wildcard_constraints:
+    gpu=_alternatives(report_gpus() + [CPU_SLUG]),
+    shard=_alternatives(ATTENTION_SHARDS),
+    check=_alternatives(CHECK_SHARDS),

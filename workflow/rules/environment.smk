@@ -1,0 +1,10 @@
+# ---- environment: what GPU, driver and software a result set was measured with ------------------------
+rule environment:
+    output:
+        f"{RESULTS}/{{gpu}}/environment.json",
+    log:
+        f"{RESULTS}/logs/{{gpu}}/environment.log",
+    resources:
+        gpu=1,
+    script:
+        "../scripts/environment.py"

@@ -1,0 +1,43 @@
+# ---- figures: every figure (and the table behind it) for one GPU type ---------------------------------
+rule figures:
+    input:
+        table=lambda w: table_path(w.gpu),
+    output:
+        report(
+            directory(f"{RESULTS}/report/{{gpu}}"),
+            patterns=["{name}.png"],
+            caption="../../reports/captions/figures.rst",
+            category="Figures",
+            subcategory="{gpu}",
+        ),
+    log:
+        f"{RESULTS}/logs/report/{{gpu}}_figures.log",
+    script:
+        "../scripts/figures.py"
+
+
+# ---- report: the self-contained HTML report over every GPU type and the interpreter checks ------------
+rule report:
+    input:
+        figures=lambda w: [f"{RESULTS}/report/{g}" for g in report_gpus()],
+        tables=lambda w: [table_path(g) for g in report_gpus()],
+        environments=lambda w: [environment_path(g) for g in report_gpus()],
+        checks=lambda w: [checks_path()] if checks_path() else [],
+    output:
+        config["report"],
+    params:
+        gpus=lambda w: [
+            dict(
+                slug=g,
+                source=source_text(g),
+                table=table_path(g),
+                environment=environment_path(g),
+                figures_dir=f"{RESULTS}/report/{g}",
+            )
+            for g in report_gpus()
+        ],
+        checks=lambda w: checks_path(),
+    log:
+        f"{RESULTS}/logs/report/report.log",
+    script:
+        "../scripts/report.py"

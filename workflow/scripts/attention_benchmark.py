@@ -1,0 +1,6 @@
+"""Benchmark one shard of the attention grid on the GPU."""
+
+from analysis.pipeline import run_attention_shard, setup_logging
+
+setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
+run_attention_shard(snakemake.params.spec, snakemake.input.env, snakemake.output[0])  # noqa: F821

@@ -1,0 +1,6 @@
+"""Concatenate per-job result files into one table."""
+
+from analysis.pipeline import collect, setup_logging
+
+setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
+collect(list(snakemake.input), snakemake.output[0])  # noqa: F821

@@ -1,0 +1,6 @@
+"""Render the self-contained HTML report."""
+
+from analysis.pipeline import render_report, setup_logging
+
+setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
+render_report(snakemake.params.gpus, snakemake.params.checks, snakemake.output[0])  # noqa: F821
