@@ -4,12 +4,14 @@ rule attention_benchmark:
         env=f"{RESULTS}/{{gpu}}/environment.json",
     output:
         f"{RESULTS}/{{gpu}}/attention/{{shard}}.csv",
-    params:
-        spec=lambda w: ATTENTION_SHARDS[w.shard],
     log:
         f"{RESULTS}/logs/{{gpu}}/attention/{{shard}}.log",
+    conda:
+        "../../envs/kernels.yaml"
     resources:
         gpu=1,
+    params:
+        spec=lambda w: ATTENTION_SHARDS[w.shard],
     script:
         "../scripts/attention_benchmark.py"
 
@@ -17,11 +19,16 @@ rule attention_benchmark:
 # ---- attention_collect: one table of every attention row measured on a GPU ----------------------------
 rule attention_collect:
     input:
-        lambda w: expand(f"{RESULTS}/{w.gpu}/attention/{{shard}}.csv", shard=sorted(ATTENTION_SHARDS)),
+        lambda w: expand(
+            f"{RESULTS}/{w.gpu}/attention/{{shard}}.csv",
+            shard=sorted(ATTENTION_SHARDS),
+        ),
     output:
         f"{RESULTS}/{{gpu}}/attention.csv",
     log:
         f"{RESULTS}/logs/{{gpu}}/attention_collect.log",
+    conda:
+        "../../envs/analysis.yaml"
     script:
         "../scripts/collect.py"
 
@@ -30,11 +37,13 @@ rule attention_collect:
 rule interpreter_check:
     output:
         f"{RESULTS}/{CPU_SLUG}/checks/{{check}}.csv",
-    params:
-        spec=lambda w: CHECK_SHARDS[w.check],
     log:
         f"{RESULTS}/logs/{CPU_SLUG}/checks/{{check}}.log",
+    conda:
+        "../../envs/kernels.yaml"
     threads: 1
+    params:
+        spec=lambda w: CHECK_SHARDS[w.check],
     script:
         "../scripts/interpreter_check.py"
 
@@ -47,5 +56,7 @@ rule checks_collect:
         f"{RESULTS}/{CPU_SLUG}/checks.csv",
     log:
         f"{RESULTS}/logs/{CPU_SLUG}/checks_collect.log",
+    conda:
+        "../../envs/analysis.yaml"
     script:
         "../scripts/collect.py"

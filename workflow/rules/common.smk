@@ -2,7 +2,9 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir)))  # the analysis/kernels packages, even if not installed
+sys.path.insert(
+    0, str(Path(workflow.basedir))
+)  # the analysis/kernels packages, even if not installed
 
 from analysis.provenance import CPU_SLUG, detect_gpu_slug
 
@@ -22,7 +24,11 @@ def measured_gpus():
 def reference_gpus():
     """GPU types with shipped results (reports/reference/<gpu>/attention.csv) not measured now."""
     root = Path(REFERENCE)
-    shipped = sorted(p.parent.name for p in root.glob("*/attention.csv")) if root.is_dir() else []
+    shipped = (
+        sorted(p.parent.name for p in root.glob("*/attention.csv"))
+        if root.is_dir()
+        else []
+    )
     return [g for g in shipped if g not in measured_gpus()]
 
 
@@ -36,21 +42,36 @@ def _flag(causal):
 
 def attention_shards():
     """Shard name -> analysis.experiments.attention.Spec fields, for every GPU benchmark job."""
-    common = dict(warmup_ms=ATT["warmup_ms"], rep_ms=ATT["rep_ms"], check_rows=ATT["check_rows"])
+    common = dict(
+        warmup_ms=ATT["warmup_ms"], rep_ms=ATT["rep_ms"], check_rows=ATT["check_rows"]
+    )
     fa2 = ATT["fa2_setting"]
     shards = {}
     for dtype in fa2["dtypes"]:
         for d in fa2["head_dims"]:
             for causal in fa2["causal"]:
                 shards[f"fa2-setting_{dtype}_d{d}_{_flag(causal)}"] = dict(
-                    experiment="fa2-setting", dtype=dtype, head_dim=d, causal=causal,
-                    seqlens=fa2["seqlens"], impls=ATT["impls"], tokens=fa2["tokens"], hidden=fa2["hidden"],
+                    experiment="fa2-setting",
+                    dtype=dtype,
+                    head_dim=d,
+                    causal=causal,
+                    seqlens=fa2["seqlens"],
+                    impls=ATT["impls"],
+                    tokens=fa2["tokens"],
+                    hidden=fa2["hidden"],
                     **common,
                 )
     mem = ATT["memory"]
     shards[f"memory_{mem['dtype']}_d{mem['head_dim']}_{_flag(mem['causal'])}"] = dict(
-        experiment="memory", dtype=mem["dtype"], head_dim=mem["head_dim"], causal=mem["causal"],
-        seqlens=mem["seqlens"], impls=mem["impls"], batch=mem["batch"], heads=mem["heads"], **common,
+        experiment="memory",
+        dtype=mem["dtype"],
+        head_dim=mem["head_dim"],
+        causal=mem["causal"],
+        seqlens=mem["seqlens"],
+        impls=mem["impls"],
+        batch=mem["batch"],
+        heads=mem["heads"],
+        **common,
     )
     return shards
 
@@ -65,8 +86,15 @@ def check_shards():
     c = ATT["interpreter_check"]
     return {
         f"check_{dtype}_d{d}_{_flag(causal)}": dict(
-            experiment="interpreter-check", dtype=dtype, head_dim=d, causal=causal, seqlens=c["seqlens"],
-            seqlen_k=c["seqlen_k"], batch=c["batch"], heads=c["heads"], impls=["ours-fa2"],
+            experiment="interpreter-check",
+            dtype=dtype,
+            head_dim=d,
+            causal=causal,
+            seqlens=c["seqlens"],
+            seqlen_k=c["seqlen_k"],
+            batch=c["batch"],
+            heads=c["heads"],
+            impls=["ours-fa2"],
             check_rows=ATT["check_rows"],
         )
         for dtype in c["dtypes"]

@@ -4,6 +4,8 @@ rule environment:
         f"{RESULTS}/{{gpu}}/environment.json",
     log:
         f"{RESULTS}/logs/{{gpu}}/environment.log",
+    conda:
+        "../../envs/kernels.yaml"
     resources:
         gpu=1,
     script:

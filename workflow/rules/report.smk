@@ -12,6 +12,8 @@ rule figures:
         ),
     log:
         f"{RESULTS}/logs/report/{{gpu}}_figures.log",
+    conda:
+        "../../envs/analysis.yaml"
     script:
         "../scripts/figures.py"
 
@@ -25,6 +27,10 @@ rule report:
         checks=lambda w: [checks_path()] if checks_path() else [],
     output:
         config["report"],
+    log:
+        f"{RESULTS}/logs/report/report.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         gpus=lambda w: [
             dict(
@@ -37,7 +43,5 @@ rule report:
             for g in report_gpus()
         ],
         checks=lambda w: checks_path(),
-    log:
-        f"{RESULTS}/logs/report/report.log",
     script:
         "../scripts/report.py"

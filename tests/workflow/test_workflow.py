@@ -1,0 +1,109 @@
+"""The Snakemake workflow: it parses, lints, formats, plans the right jobs, and runs end to end on a CPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MINI = Path(__file__).with_name("mini.yaml")
+
+
+def snakemake(*args, cwd=ROOT, timeout=600):
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """Parse the 'Job stats' table of a dry run."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Job stats"))
+    counts = {}
+    for line in lines[start + 3 :]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_dry_run_cpu_plans_interpreter_checks_and_report(tmp_path):
+    r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", f"results_dir={tmp_path}",
+                  f"report={tmp_path}/report.html")  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    counts = job_counts(r.stdout)
+    assert counts["interpreter_check"] == 2 * 4 * 2  # dtypes × head dims × causal of the default config
+    assert counts["report"] == 1
+    assert "attention_benchmark" not in counts
+
+
+def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
+    r = snakemake("-n", "--cores", "1", "--config", "gpus=[h200]", f"results_dir={tmp_path}",
+                  f"report={tmp_path}/report.html")  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    counts = job_counts(r.stdout)
+    # 2 dtypes × 2 head dims × 2 causal settings of the FA-2 setting, plus the memory experiment
+    assert counts["attention_benchmark"] == 9
+    assert counts["environment"] == 1
+    assert counts["figures"] >= 1
+    assert "interpreter_check" not in counts
+
+
+def test_config_is_validated(tmp_path):
+    r = snakemake("-n", "--cores", "1", "--config", "gpus=H200!", f"results_dir={tmp_path}")
+    assert r.returncode != 0
+    assert "validating config" in (r.stdout + r.stderr).lower()
+
+
+def test_lint_is_clean():
+    r = snakemake("--lint", "--cores", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Lints for" not in r.stdout + r.stderr
+
+
+def test_snakefmt_clean():
+    exe = shutil.which("snakefmt")
+    if exe is None:
+        pytest.skip("snakefmt is not installed (it comes with the test extras)")
+    files = ["Snakefile", *map(str, sorted((ROOT / "workflow" / "rules").glob("*.smk")))]
+    r = subprocess.run([exe, "--check", *files], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_cpu_pipeline_end_to_end(tmp_path):
+    """Copy the workflow, run it on the mini config, and check what it produced."""
+    work = tmp_path / "repo"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "kernels", "analysis", "reports", "envs"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, work / name)
+    r = snakemake("--cores", "2", "--configfile", str(MINI), cwd=work, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+    checks = pd.read_csv(work / "results" / "cpu" / "checks.csv")
+    assert len(checks) == 2
+    assert set(checks["status"]) == {"ok"}
+    assert (checks["timed"].astype(str) == "False").all()
+    assert (checks["max_abs_err"] <= checks["err_bound"]).all()
+    assert set(checks["head_dim"]) == {59, 128}
+
+    log = (work / "results" / "logs" / "cpu" / "checks" / "check_float16_d59_causal.log").read_text()
+    assert "[1/1] ours-fa2" in log  # progress per point
+
+    html = (work / "results" / "report.html").read_text()
+    assert "Correctness" in html or "correctness" in html
+    shipped = sorted(p.parent.name for p in (work / "reports" / "reference").glob("*/attention.csv"))
+    for gpu in shipped:  # the report renders the shipped reference results of every GPU type
+        assert json.loads((work / "reports" / "reference" / gpu / "environment.json").read_text())["gpu"] == gpu
+        assert "shipped reference results" in html
+        assert "data:image/png;base64" in html
