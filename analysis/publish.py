@@ -1,0 +1,87 @@
+"""Publish a GPU's measured results as the repository's reference set, unedited.
+
+    python -m analysis.publish --gpu h200 [--results results] [--dest reports/reference] [--command "..."]
+
+Copies, byte for byte, what the pipeline wrote for that GPU type: the collected table
+(``attention.csv``), the per-job tables, ``environment.json``, the job logs and the figures with their
+tables; then writes ``MANIFEST.json`` (SHA-256 of every copied file, the commit and environment they
+came from, when and with what command they were made) so that a reader can check that nothing was
+edited after the run. It refuses to publish a table whose rows name another GPU type or a mix of commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from analysis import tables
+from analysis.provenance import now_utc
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def publish(gpu: str, results: Path, dest: Path, command: str = "") -> Path:
+    src = results / gpu
+    table = src / "attention.csv"
+    env_json = src / "environment.json"
+    for required in (table, env_json):
+        if not required.is_file():
+            raise FileNotFoundError(f"{required} is missing: run the pipeline on a {gpu} GPU first")
+    df = tables.read_rows([table])
+    gpus = set(df["gpu"].dropna().astype(str))
+    if gpus != {gpu}:
+        raise ValueError(f"{table} holds rows of GPU types {sorted(gpus)}, expected only {gpu!r}")
+    shas = set(df["git_sha"].dropna().astype(str))
+    if len(shas) != 1:
+        raise ValueError(f"{table} mixes results of several commits {sorted(shas)}; rerun from one commit")
+
+    out = dest / gpu
+    if out.exists():
+        shutil.rmtree(out)
+    copies = {
+        table: out / "attention.csv",
+        env_json: out / "environment.json",
+    }
+    for f in sorted((src / "attention").glob("*.csv")):
+        copies[f] = out / "jobs" / f.name
+    for f in sorted((results / "logs" / gpu).rglob("*.log")):
+        copies[f] = out / "logs" / f.relative_to(results / "logs" / gpu)
+    for f in sorted((results / "report" / gpu).glob("*")):
+        if f.suffix in (".png", ".csv", ".json"):
+            copies[f] = out / "figures" / f.name
+    for s, d in copies.items():
+        d.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(s, d)
+
+    manifest = {
+        "gpu": gpu,
+        "git_sha": shas.pop(),
+        "published": now_utc(),
+        "command": command,
+        "rows": int(len(df)),
+        "statuses": {k: int(v) for k, v in df["status"].value_counts().items()},
+        "environment": json.loads(env_json.read_text()),
+        "files": {str(d.relative_to(out)): _sha256(d) for d in sorted(copies.values())},
+    }
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", required=True, help="GPU type slug, e.g. h200")
+    ap.add_argument("--results", default="results", type=Path, help="the pipeline's results_dir")
+    ap.add_argument("--dest", default="reports/reference", type=Path, help="reference folder")
+    ap.add_argument("--command", default="", help="the command that produced the results, for the manifest")
+    args = ap.parse_args(argv)
+    out = publish(args.gpu, args.results, args.dest, args.command)
+    print(f"published {args.gpu} results to {out}")
+
+
+if __name__ == "__main__":
+    main()
