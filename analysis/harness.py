@@ -139,7 +139,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, (TypeError, ValueError, NotImplementedError)):
         return "unsupported", message
     text = str(exc)
-    if "No available kernel" in text or "not supported" in text.lower():
+    # SDPA refuses a pinned backend with "No available kernel" on CUDA and "No viable backend" on CPU
+    if any(s in text for s in ("No available kernel", "No viable backend")) or "not supported" in text.lower():
         return "unsupported", message
     return "error", message
 

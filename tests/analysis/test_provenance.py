@@ -1,0 +1,119 @@
+"""Provenance: GPU slugs, the commit, and the environment record every result row carries."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+import triton
+
+from analysis import provenance
+from analysis.provenance import ROW_FIELDS, detect_gpu_slug, environment, gpu_slug, row_provenance
+
+HAS_GPU = torch.cuda.is_available() or provenance.nvml_gpu() is not None
+cpu_machine_only = pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU; the assertion is about CPU-only hosts")
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+@pytest.mark.parametrize(
+    "name, slug",
+    [
+        pytest.param("NVIDIA H200", "h200", id="h200"),
+        pytest.param("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb", id="a100"),
+        pytest.param("NVIDIA GeForce RTX 4090", "rtx-4090", id="rtx-4090"),
+        pytest.param("Tesla V100-SXM2-16GB", "v100-sxm2-16gb", id="v100"),
+        pytest.param("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3", id="h100"),
+        pytest.param("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada-generation", id="rtx-6000-ada"),
+        pytest.param("  NVIDIA   L40S ", "l40s", id="extra-spaces"),
+    ],
+)
+def test_gpu_slug(name, slug):
+    assert gpu_slug(name) == slug
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", slug)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param("", id="empty"), pytest.param("NVIDIA", id="vendor-only"), pytest.param(" -/ ", id="punctuation")],
+)
+def test_gpu_slug_rejects_names_without_a_model(name):
+    with pytest.raises(ValueError, match="cannot derive a GPU slug"):
+        gpu_slug(name)
+
+
+def test_git_sha_honours_env(monkeypatch):
+    monkeypatch.setenv(provenance.GIT_SHA_ENV, "0123456789abcdef0123456789abcdef01234567")
+    assert provenance.git_sha() == "0123456789abcdef0123456789abcdef01234567"
+    assert environment()["git_sha"] == "0123456789abcdef0123456789abcdef01234567"
+
+
+@needs_git
+def test_git_sha_of_a_repository(tmp_path, monkeypatch):
+    monkeypatch.delenv(provenance.GIT_SHA_ENV, raising=False)
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def git(*args):
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "commit.gpgsign=false", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("one\n")
+    git("add", "a.txt")
+    git("commit", "-q", "-m", "first")
+    head = git("rev-parse", "HEAD")
+    assert re.fullmatch(r"[0-9a-f]{40}", head)
+    assert provenance.git_sha(tmp_path) == head
+    (tmp_path / "untracked.txt").write_text("not part of the commit\n")
+    assert provenance.git_sha(tmp_path) == head  # untracked files do not make it dirty
+    (tmp_path / "a.txt").write_text("two\n")
+    assert provenance.git_sha(tmp_path) == head + "-dirty"
+
+
+@needs_git
+def test_git_sha_outside_a_repository(tmp_path, monkeypatch):
+    monkeypatch.delenv(provenance.GIT_SHA_ENV, raising=False)
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert provenance.git_sha(tmp_path) == "unknown"
+
+
+def test_environment_fields():
+    env = environment()
+    missing = [k for k in ROW_FIELDS if k not in env]
+    assert not missing
+    assert env["torch"] == torch.__version__
+    assert env["triton"] == triton.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", env["python"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", env["timestamp"])
+    assert env["git_sha"]
+
+
+@cpu_machine_only
+def test_environment_on_cpu_machine():
+    env = environment()
+    assert env["gpu"] == "cpu"
+    assert env["gpu_name"] == "none (CPU)"
+    assert env["driver"] == ""
+    assert env["triton_interpret"] == "1"  # set by tests/conftest.py before triton was imported
+
+
+@cpu_machine_only
+def test_detect_gpu_slug_on_cpu_machine():
+    assert detect_gpu_slug() == "cpu"
+
+
+def test_row_provenance_keeps_row_fields_only():
+    env = {"gpu_name": "NVIDIA H200", "gpu": "h200", "torch": "2.11.0", "numpy": "2.2.6", "timestamp": "t"}
+    row = row_provenance(env)
+    assert tuple(row) == ROW_FIELDS
+    assert row["gpu"] == "h200" and row["torch"] == "2.11.0"
+    assert row["driver"] == "" and row["git_sha"] == ""
