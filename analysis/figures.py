@@ -102,7 +102,7 @@ def prepare(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
     for c in _SHAPE:
         d[c] = d[c].astype("int64")
     d["dtype"] = d["dtype"].astype(str)
-    d["panel"] = [_panel_label(h, c) for h, c in zip(d["head_dim"], d["causal"])]
+    d["panel"] = [_panel_label(h, c) for h, c in zip(d["head_dim"], d["causal"], strict=True)]
     return d
 
 
@@ -409,7 +409,7 @@ def _draw_oom(ax, oom: pd.DataFrame, y: float, order: list[str]) -> None:
         impls = [i for i in order if i in set(at_n["impl"])]
         # Several methods can run out at the same N; spread their marks sideways so none hides another.
         offsets = np.linspace(-0.1, 0.1, len(impls)) if len(impls) > 1 else [0.0]
-        for impl, off in zip(impls, offsets):
+        for impl, off in zip(impls, offsets, strict=True):
             ax.plot(
                 [n * 2**off],
                 [y],

@@ -26,7 +26,7 @@ import dataclasses
 import math
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -114,7 +114,7 @@ class Telemetry:
     def summary(self) -> dict:
         if not self.samples:
             return {k: math.nan for k in self.FIELDS}
-        cols = list(zip(*self.samples))
+        cols = list(zip(*self.samples, strict=True))
         mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
         return {
             "sm_clock_mhz": mean(cols[0]),

@@ -21,8 +21,8 @@ provenance     gpu_name, gpu, driver, cuda, torch, triton, python, git_sha, time
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 

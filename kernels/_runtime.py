@@ -17,7 +17,7 @@ def check_device(*tensors: torch.Tensor, names: tuple[str, ...]) -> None:
     """All tensors on one device, and that device able to run Triton in the current mode."""
     devices = {t.device for t in tensors}
     if len(devices) != 1:
-        listing = ", ".join(f"{n} on {t.device}" for n, t in zip(names, tensors))
+        listing = ", ".join(f"{n} on {t.device}" for n, t in zip(names, tensors, strict=True))
         raise ValueError(f"inputs must share one device, got {listing}")
     device = tensors[0].device
     if device.type == "cuda":

@@ -133,7 +133,7 @@ def _attn_fwd_kernel(
     Q,  # (B, H, Nq, d)
     K,  # (B, H, Nk, d)
     V,  # (B, H, Nk, d)
-    O,  # (B, H, Nq, d)
+    Out,  # (B, H, Nq, d)
     LSE,  # (B, H, Nq) fp32, natural-log logsumexp of the scaled scores
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -213,8 +213,8 @@ def _attn_fwd_kernel(
     lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
 
     tl.store(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
-    o_ptrs = O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    out = acc.to(O.dtype.element_ty)
+    o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    out = acc.to(Out.dtype.element_ty)
     if EVEN_M and EVEN_D:
         tl.store(o_ptrs, out)
     else:
@@ -259,7 +259,7 @@ class FA2Config:
         )
 
     @classmethod
-    def parse(cls, text: str) -> "FA2Config":
+    def parse(cls, text: str) -> FA2Config:
         """Parse ``BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3`` (the form ``str`` prints)."""
         fields = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "num_warps": "num_warps", "num_stages": "num_stages"}
         values = {}
@@ -273,7 +273,7 @@ class FA2Config:
         return cls(**values)
 
     @classmethod
-    def from_triton(cls, cfg: triton.Config) -> "FA2Config":
+    def from_triton(cls, cfg: triton.Config) -> FA2Config:
         return cls(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages)
 
 

@@ -107,3 +107,11 @@ def test_cpu_pipeline_end_to_end(tmp_path):
         assert json.loads((work / "reports" / "reference" / gpu / "environment.json").read_text())["gpu"] == gpu
         assert "shipped reference results" in html
         assert "data:image/png;base64" in html
+
+
+def test_ruff_clean():
+    exe = shutil.which("ruff")
+    if exe is None:
+        pytest.skip("ruff is not installed (it comes with the test extras)")
+    r = subprocess.run([exe, "check", "--output-format", "concise", "."], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,6 +1,7 @@
 """Benchmark one shard of the attention grid on the GPU."""
 
 import _repo  # noqa: F401  (repository packages on sys.path)
+
 from analysis.pipeline import run_attention_shard, setup_logging
 
 setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)

@@ -1,6 +1,7 @@
 """Concatenate per-job result files into one table."""
 
 import _repo  # noqa: F401  (repository packages on sys.path)
+
 from analysis.pipeline import collect, setup_logging
 
 setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
