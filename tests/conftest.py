@@ -25,6 +25,12 @@ if not HAS_CUDA:
         )
     os.environ["TRITON_INTERPRET"] = "1"
 
+else:
+    # One small configuration that fits every head dim on any recent GPU: without it, each test shape
+    # would first autotune over the whole space (7 compilations), which made the GPU suite take minutes.
+    # Tests of the tuner itself remove the variable (see test_autotuned_path_on_gpu).
+    os.environ.setdefault("KERNELS_FA2_CONFIG", "BLOCK_M=64,BLOCK_N=32,num_warps=4,num_stages=2")
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

@@ -644,3 +644,19 @@ def test_assert_close_message_names_tensor():
     assert "RMS" in str(info.value)
     passed = tolerance.assert_close("fine", torch.zeros(3), ref, torch.zeros(3), F32)
     assert passed.ok and passed.max_abs == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_autotuned_path_on_gpu(causal, monkeypatch):
+    """The tuner picks one of the default configs; later calls of the shape launch it directly."""
+    monkeypatch.delenv(fa2.CONFIG_ENV, raising=False)
+    case = Case(2, 3, 257, 257, 128, causal, BF16)
+    q, k, v = _inputs(case, "cuda")
+    first, _ = fa2.forward(q, k, v, causal=causal)  # tunes
+    chosen = fa2.last_config()
+    assert chosen in fa2.default_configs()
+    second, _ = fa2.forward(q, k, v, causal=causal)  # direct launch of the chosen config
+    assert fa2.last_config() == chosen
+    assert torch.equal(first, second)
+    _assert_matches_reference("fa2 out (autotuned)", second, q, k, v, causal)
