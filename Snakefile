@@ -19,6 +19,7 @@ report: "reports/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/environment.smk"
 include: "workflow/rules/attention.smk"
+include: "workflow/rules/audit.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -101,7 +101,21 @@ def render_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
     return entries
 
 
-def render_report(gpus: list[dict], checks_csv: str | Path | None, out_html: str | Path) -> Path:
+def run_audit(table_files: dict[str, str | Path], out_csv: str | Path) -> pd.DataFrame:
+    """Evaluate every claim of the registry against the models and each GPU's table; write the verdicts."""
+    from analysis import audit
+
+    claims = audit.load_registry()
+    verdicts = audit.audit(claims, audit.Context.from_files(table_files))
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    verdicts.to_csv(out_csv, index=False)
+    log.info("audited %d claims into %d verdict rows: %s", len(claims), len(verdicts), audit.summary(verdicts))
+    return verdicts
+
+
+def render_report(
+    gpus: list[dict], checks_csv: str | Path | None, out_html: str | Path, verdicts_csv: str | Path | None = None
+) -> Path:
     """Render the HTML report. ``gpus``: dicts with slug, source, table, environment, figures_dir."""
     from analysis import report
     from analysis.provenance import git_sha, now_utc
@@ -120,4 +134,5 @@ def render_report(gpus: list[dict], checks_csv: str | Path | None, out_html: str
         )
     checks = tables.read_rows([checks_csv]) if checks_csv else None
     generated = {"timestamp": now_utc(), "git_sha": git_sha()}
-    return report.render_report(out_html, sections, checks, generated=generated)
+    verdicts = pd.read_csv(verdicts_csv, keep_default_na=False) if verdicts_csv else None
+    return report.render_report(out_html, sections, checks, generated=generated, verdicts=verdicts)

@@ -203,6 +203,31 @@ def _gpu(g: dict) -> dict:
     }
 
 
+VERDICT_ORDER = ("holds", "partly", "fails", "inconsistent", "untestable")
+
+
+def verdict_section(verdicts: pd.DataFrame | None, figure_gpus: set[str]) -> dict | None:
+    """Counts per verdict and one entry per verdict row, with a link to the figure showing the data.
+
+    ``figure_gpus``: GPU slugs whose figures are in the report (a link is made only to those).
+    """
+    if verdicts is None:
+        return None
+    v = verdicts.fillna("")
+    counts = v["verdict"].value_counts()
+    rows = []
+    for r in v.to_dict("records"):
+        link = ""
+        if r.get("figure") and r["gpu"] in figure_gpus:
+            link = f"#fig-{r['gpu']}-{r['figure']}"
+        rows.append({**{k: str(r[k]) for k in r}, "link": link})
+    return {
+        "counts": [(k, int(counts.get(k, 0))) for k in VERDICT_ORDER],
+        "claims": int(v["claim_id"].nunique()),
+        "rows": rows,
+    }
+
+
 def render_report(
     out_html,
     gpus: list[dict],
@@ -210,6 +235,7 @@ def render_report(
     title: str = "IO-aware attention kernels: benchmark and audit report",
     generated: dict | None = None,
     extra_sections: list[dict] | None = None,
+    verdicts: pd.DataFrame | None = None,
 ) -> Path:
     """Write the report to ``out_html`` and return its path.
 
@@ -219,7 +245,8 @@ def render_report(
     ``generated``: facts about this build shown in the header; ``timestamp`` and ``git_sha`` are
     named explicitly, any other keys are listed. ``extra_sections``: dicts with ``title`` and
     ``html``, placed before the GPU sections; their ``html`` is inserted as is, so the caller must
-    have escaped any data in it.
+    have escaped any data in it. ``verdicts``: the claims audit (``analysis.audit.COLUMNS``); when
+    given, it leads the report.
     """
     correctness = correctness_table(checks)
     generated = dict(generated or {})
@@ -243,6 +270,7 @@ def render_report(
         ],
         gpus=[_gpu(g) for g in gpus],
         checks=_table(correctness) if correctness is not None else None,
+        verdicts=verdict_section(verdicts, {g["slug"] for g in gpus}),
     )
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ rule report:
         tables=lambda w: [table_path(g) for g in report_gpus()],
         environments=lambda w: [environment_path(g) for g in report_gpus()],
         checks=lambda w: [checks_path()] if checks_path() else [],
+        verdicts=f"{RESULTS}/audit/verdicts.csv",
     output:
         config["report"],
     log:

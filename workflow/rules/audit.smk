@@ -1,0 +1,16 @@
+# ---- audit: every claim of the registry judged against the models and each GPU's measured table -------
+rule audit:
+    input:
+        registry="analysis/claims/registry.yaml",
+        specs="analysis/gpu_specs.yaml",
+        tables=lambda w: [table_path(g) for g in report_gpus()],
+    output:
+        f"{RESULTS}/audit/verdicts.csv",
+    params:
+        tables=lambda w: {g: table_path(g) for g in report_gpus()},
+    log:
+        f"{RESULTS}/logs/audit/audit.log",
+    conda:
+        "../../envs/kernels.yaml"
+    script:
+        "../scripts/audit.py"
