@@ -6,11 +6,11 @@ rule audit:
         tables=lambda w: [table_path(g) for g in report_gpus()],
     output:
         f"{RESULTS}/audit/verdicts.csv",
-    params:
-        tables=lambda w: {g: table_path(g) for g in report_gpus()},
     log:
         f"{RESULTS}/logs/audit/audit.log",
     conda:
         "../../envs/kernels.yaml"
+    params:
+        tables=lambda w: {g: table_path(g) for g in report_gpus()},
     script:
         "../scripts/audit.py"
