@@ -19,6 +19,7 @@ report: "reports/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/environment.smk"
 include: "workflow/rules/attention.smk"
+include: "workflow/rules/traffic.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/report.smk"
 
@@ -27,3 +28,4 @@ rule all:
     default_target: True
     input:
         all_targets(),
+        TRAFFIC_TARGETS,

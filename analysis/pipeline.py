@@ -101,12 +101,14 @@ def render_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
     return entries
 
 
-def run_audit(table_files: dict[str, str | Path], out_csv: str | Path) -> pd.DataFrame:
-    """Evaluate every claim of the registry against the models and each GPU's table; write the verdicts."""
+def run_audit(
+    table_files: dict[str, str | Path], out_csv: str | Path, traffic_files: dict[str, str | Path] | None = None
+) -> pd.DataFrame:
+    """Evaluate every claim of the registry against the models and each GPU's tables; write the verdicts."""
     from analysis import audit
 
     claims = audit.load_registry()
-    verdicts = audit.audit(claims, audit.Context.from_files(table_files))
+    verdicts = audit.audit(claims, audit.Context.from_files(table_files, traffic_files))
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     verdicts.to_csv(out_csv, index=False)
     log.info("audited %d claims into %d verdict rows: %s", len(claims), len(verdicts), audit.summary(verdicts))
@@ -123,6 +125,8 @@ def render_report(
     sections = []
     for g in gpus:
         manifest = json.loads((Path(g["figures_dir"]) / "manifest.json").read_text())
+        if g.get("traffic_figures_dir"):  # the HBM traffic figures, after the attention ones
+            manifest += json.loads((Path(g["traffic_figures_dir"]) / "manifest.json").read_text())
         sections.append(
             {
                 "slug": g["slug"],

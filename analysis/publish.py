@@ -3,10 +3,11 @@
     python -m analysis.publish --gpu h200 [--results results] [--dest reports/reference] [--command "..."]
 
 Copies, byte for byte, what the pipeline wrote for that GPU type: the collected table
-(``attention.csv``), the per-job tables, ``environment.json``, the job logs and the figures with their
-tables; then writes ``MANIFEST.json`` (SHA-256 of every copied file, the commit and environment they
-came from, when and with what command they were made) so that a reader can check that nothing was
-edited after the run. It refuses to publish a table whose rows name another GPU type or a mix of commits.
+(``attention.csv``), the per-job tables, ``environment.json``, the job logs, the figures with their
+tables, and the Nsight Compute traffic table with its raw output and figures where that experiment
+ran; then writes ``MANIFEST.json`` (SHA-256 of every copied file, the commit and environment they came
+from, when and with what command they were made) so that a reader can check that nothing was edited
+after the run. It refuses to publish a table whose rows name another GPU type or a mix of commits.
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "") -> Path:
     for f in sorted((results / "report" / gpu).glob("*")):
         if f.suffix in (".png", ".csv", ".json"):
             copies[f] = out / "figures" / f.name
+    # the Nsight Compute traffic experiment, where it ran: its table, the raw ncu output and its figures
+    if (src / "traffic.csv").is_file():
+        copies[src / "traffic.csv"] = out / "traffic.csv"
+        for f in sorted((src / "traffic_raw").rglob("*")):
+            if f.is_file():
+                copies[f] = out / "traffic_raw" / f.relative_to(src / "traffic_raw")
+        for f in sorted((results / "report" / "traffic" / gpu).glob("*")):
+            if f.suffix in (".png", ".csv", ".json"):
+                copies[f] = out / "figures" / "traffic" / f.name
     for s, d in copies.items():
         d.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(s, d)

@@ -4,6 +4,7 @@ rule audit:
         registry="analysis/claims/registry.yaml",
         specs="analysis/gpu_specs.yaml",
         tables=lambda w: [table_path(g) for g in report_gpus()],
+        traffic=lambda w: [traffic_path(g) for g in traffic_gpus()],
     output:
         f"{RESULTS}/audit/verdicts.csv",
     log:
@@ -12,5 +13,6 @@ rule audit:
         "../../envs/kernels.yaml"
     params:
         tables=lambda w: {g: table_path(g) for g in report_gpus()},
+        traffic=lambda w: {g: traffic_path(g) for g in traffic_gpus()},
     script:
         "../scripts/audit.py"

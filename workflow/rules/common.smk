@@ -121,6 +121,20 @@ def source_text(gpu):
     return f"shipped reference results ({REFERENCE}/{gpu}/), not measured in this run"
 
 
+def traffic_path(gpu):
+    """The traffic table of a GPU type in the report: measured now (if enabled), else shipped, else None."""
+    if gpu in measured_gpus():
+        enabled = ATT["traffic"]["enabled"] is not False
+        return f"{RESULTS}/{gpu}/traffic.csv" if enabled else None
+    shipped = Path(REFERENCE) / gpu / "traffic.csv"
+    return str(shipped) if shipped.is_file() else None
+
+
+def traffic_gpus():
+    """GPU types of the report that have a traffic table."""
+    return [g for g in report_gpus() if traffic_path(g)]
+
+
 def checks_path():
     return f"{RESULTS}/{CPU_SLUG}/checks.csv" if interpreter_enabled() else None
 

@@ -26,6 +26,9 @@ rule report:
         environments=lambda w: [environment_path(g) for g in report_gpus()],
         checks=lambda w: [checks_path()] if checks_path() else [],
         verdicts=f"{RESULTS}/audit/verdicts.csv",
+        traffic_figures=lambda w: [
+            f"{RESULTS}/report/traffic/{g}" for g in traffic_gpus()
+        ],
     output:
         config["report"],
     log:
@@ -40,6 +43,9 @@ rule report:
                 table=table_path(g),
                 environment=environment_path(g),
                 figures_dir=f"{RESULTS}/report/{g}",
+                traffic_figures_dir=(
+                    f"{RESULTS}/report/traffic/{g}" if g in traffic_gpus() else None
+                ),
             )
             for g in report_gpus()
         ],
