@@ -11,6 +11,7 @@ a partial run still gets a report.
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -435,18 +436,29 @@ FIGURES = {
 }
 
 
-def render_all(df: pd.DataFrame, out_dir) -> list[dict]:
-    """Write ``<name>.png`` and ``<name>.csv`` for every figure in ``FIGURES`` into ``out_dir``.
+CAPTIONS_DIR = Path(__file__).resolve().parents[1] / "reports" / "captions"
+
+
+def caption_text(file_name: str) -> str:
+    """A figure's caption from reports/captions/ (shared with the HTML report and Snakemake's report)."""
+    return " ".join((CAPTIONS_DIR / file_name).read_text(encoding="utf-8").split())
+
+
+def render_all(df: pd.DataFrame, out_dir, registry: dict | None = None, table_source: str | None = None) -> list[dict]:
+    """Write ``<name>.png`` and ``<name>.csv`` for every figure of ``registry`` (default ``FIGURES``) into
+    ``out_dir``, and ``manifest.json`` listing them.
 
     Returns one dict per figure: ``name``, ``png`` and ``csv`` (paths as str, or None when skipped),
-    ``caption`` (the caption file name) and ``reason`` (why it was skipped, else None). A figure with
-    nothing to draw is skipped rather than failing, so a partial run still yields a report.
+    ``caption`` (the caption file name) and ``caption_text``, ``reason`` (why it was skipped, else None)
+    and ``table_source`` (the result file drawn from, if given). A figure with nothing to draw is skipped
+    rather than failing, so a partial run still yields a report.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    for name, (func, caption) in FIGURES.items():
-        entry = {"name": name, "png": None, "csv": None, "caption": caption, "reason": None}
+    for name, (func, caption) in (registry or FIGURES).items():
+        entry = {"name": name, "png": None, "csv": None, "caption": caption, "caption_text": caption_text(caption),
+                 "reason": None, "table_source": table_source}  # fmt: skip
         png, csv = out_dir / f"{name}.png", out_dir / f"{name}.csv"
         try:
             table = func(df, png)
@@ -459,4 +471,5 @@ def render_all(df: pd.DataFrame, out_dir) -> list[dict]:
             table.to_csv(csv, index=False)
             entry.update(png=str(png), csv=str(csv))
         entries.append(entry)
+    (out_dir / "manifest.json").write_text(json.dumps(entries, indent=2) + "\n")
     return entries

@@ -91,13 +91,10 @@ def render_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
     """Draw every figure for one GPU's table; writes ``manifest.json`` listing what was drawn or skipped."""
     from analysis import figures
 
-    df = tables.read_rows([table_csv])
-    entries = figures.render_all(df, out_dir)
+    entries = figures.render_all(tables.read_rows([table_csv]), out_dir, table_source=str(table_csv))
     for e in entries:
-        e["table_source"] = str(table_csv)
         if e["reason"]:
             log.info("figure %s skipped: %s", e["name"], e["reason"])
-    (Path(out_dir) / "manifest.json").write_text(json.dumps(entries, indent=2) + "\n")
     return entries
 
 

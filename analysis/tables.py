@@ -71,28 +71,36 @@ COLUMNS = IDENTITY + OUTCOME + METRICS + TELEMETRY + PROVENANCE
 STATUSES = ("ok", "oom", "unsupported", "error", "mismatch")
 
 
-def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
-    """Rows (dicts) to a frame with exactly ``COLUMNS`` in order; unknown keys are an error."""
+def frame(rows: Iterable[dict], columns: list[str], statuses: tuple[str, ...], schema: str) -> pd.DataFrame:
+    """Rows (dicts) to a frame with exactly ``columns`` in order; unknown keys or statuses are an error."""
     rows = list(rows)
     for r in rows:
-        extra = set(r) - set(COLUMNS)
+        extra = set(r) - set(columns)
         if extra:
-            raise ValueError(f"row has columns outside the schema: {sorted(extra)}")
-        if r.get("status") not in STATUSES:
-            raise ValueError(f"row status must be one of {STATUSES}, got {r.get('status')!r}")
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    return df
+            raise ValueError(f"row has columns outside the {schema} schema: {sorted(extra)}")
+        if r.get("status") not in statuses:
+            raise ValueError(f"row status must be one of {statuses}, got {r.get('status')!r}")
+    return pd.DataFrame(rows, columns=columns)
 
 
-def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
-    """Write one job's rows to ``path`` (CSV), creating the folder. Returns the frame written."""
-    df = to_frame(rows)
+def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
+    """Result rows to a frame with exactly ``COLUMNS``."""
+    return frame(rows, COLUMNS, STATUSES, "result")
+
+
+def write_frame(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+    """Write a table to ``path`` (CSV) through a temporary file, creating the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     df.to_csv(tmp, index=False)
     tmp.replace(path)  # a job killed mid-write leaves no half file that looks finished
     return df
+
+
+def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
+    """Write one job's result rows to ``path`` (CSV). Returns the frame written."""
+    return write_frame(to_frame(rows), path)
 
 
 def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:

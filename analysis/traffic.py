@@ -81,7 +81,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import models
+from analysis import models, tables
 from analysis.provenance import now_utc
 
 log = logging.getLogger(__name__)
@@ -446,26 +446,13 @@ def assemble(sidecar: dict, kernels: list[Kernel], env: dict) -> list[dict]:
 
 
 def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
-    """Rows to a frame with exactly ``COLUMNS``; unknown keys or statuses are an error."""
-    rows = list(rows)
-    for r in rows:
-        extra = set(r) - set(COLUMNS)
-        if extra:
-            raise ValueError(f"row has columns outside the traffic schema: {sorted(extra)}")
-        if r.get("status") not in STATUSES:
-            raise ValueError(f"row status must be one of {STATUSES}, got {r.get('status')!r}")
-    return pd.DataFrame(rows, columns=COLUMNS)
+    """Traffic rows to a frame with exactly ``COLUMNS``; unknown keys or statuses are an error."""
+    return tables.frame(rows, COLUMNS, STATUSES, "traffic")
 
 
 def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
     """Write the rows to ``path`` (CSV) through a temporary file. Returns the frame written."""
-    df = to_frame(rows)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)  # a job killed mid-write leaves no half file that looks finished
-    return df
+    return tables.write_frame(to_frame(rows), path)
 
 
 def read_rows(path: str | Path) -> pd.DataFrame:

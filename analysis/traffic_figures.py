@@ -18,9 +18,7 @@ raises ``NoDataError`` and becomes a skip entry in ``manifest.json`` with the re
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from pathlib import Path
 
 import matplotlib
@@ -31,7 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from analysis import models, traffic
+from analysis import figures, models, traffic
 
 # figures' look (palette, markers, theme, N axis) is shared so an implementation looks the same everywhere
 from analysis.figures import DPI, MARKERS, OURS, NoDataError, _colour, _impl_order, _log2_x, _theme
@@ -47,12 +45,6 @@ _NUMERIC = ["kernel_index", "batch", "heads", "seqlen", "head_dim", "block_m", "
             "l2_cache_bytes"]  # fmt: skip
 GROUPS = {"materialising": "standard attention", "tiled": "tiled kernels"}
 
-CAPTIONS_DIR = Path(__file__).resolve().parents[1] / "reports" / "captions"
-
-
-def caption_text(file_name: str) -> str:
-    """A figure's caption, from reports/captions/ (shared with the report and Snakemake's report)."""
-    return " ".join((CAPTIONS_DIR / file_name).read_text(encoding="utf-8").split())
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
@@ -303,47 +295,15 @@ FIGURES = {
 }
 
 
-def render_all(df: pd.DataFrame, out_dir) -> list[dict]:
-    """Write ``<name>.png``, ``<name>.csv`` and ``manifest.json`` into ``out_dir``; returns the manifest.
-
-    Entries as in ``analysis.figures.render_all`` (name, png, csv, caption, reason), plus the caption's
-    text (``caption_text``). A figure with nothing to draw is skipped with its reason, never an error.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for name, (func, caption) in FIGURES.items():
-        entry = {"name": name, "png": None, "csv": None, "caption": caption, "caption_text": caption_text(caption),
-                 "reason": None}  # fmt: skip
-        png, csv = out_dir / f"{name}.png", out_dir / f"{name}.csv"
-        try:
-            table = func(df, png)
-        except NoDataError as e:
-            entry["reason"] = str(e)
-            # a figure left from an earlier, fuller run would otherwise pass for this run's result
-            png.unlink(missing_ok=True)
-            csv.unlink(missing_ok=True)
-        else:
-            table.to_csv(csv, index=False)
-            entry.update(png=str(png), csv=str(csv))
-        entries.append(entry)
-    (out_dir / "manifest.json").write_text(json.dumps(entries, indent=2, default=_json_default) + "\n")
-    return entries
-
-
-def _json_default(v):
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return str(v)
+def render_all(df: pd.DataFrame, out_dir, table_source: str | None = None) -> list[dict]:
+    """Draw every traffic figure into ``out_dir`` (PNG, the table behind it, ``manifest.json``)."""
+    return figures.render_all(df, out_dir, FIGURES, table_source)
 
 
 def render(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
     """The workflow's entry point: draw every traffic figure of one GPU's ``traffic.csv``."""
-    df = traffic.read_rows(table_csv)
-    entries = render_all(df, out_dir)
+    entries = render_all(traffic.read_rows(table_csv), out_dir, str(table_csv))
     for e in entries:
-        e["table_source"] = str(table_csv)
         if e["reason"]:
             log.info("figure %s skipped: %s", e["name"], e["reason"])
-    (Path(out_dir) / "manifest.json").write_text(json.dumps(entries, indent=2) + "\n")
     return entries

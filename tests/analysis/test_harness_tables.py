@@ -228,7 +228,7 @@ def test_to_frame_columns_in_schema_order():
 
 
 def test_to_frame_rejects_unknown_columns():
-    with pytest.raises(ValueError, match=r"outside the schema: \['speedup'\]"):
+    with pytest.raises(ValueError, match=r"outside the result schema: \['speedup'\]"):
         tables.to_frame([_row(speedup=2.0)])
 
 
