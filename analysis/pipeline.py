@@ -35,10 +35,12 @@ def check_gpu(expected_gpu: str) -> dict:
 
     env = environment()
     if env["gpu"] != expected_gpu:
-        raise RuntimeError(
+        message = (
             f"results for GPU type {expected_gpu!r} were requested, but this job runs on "
             f"{env['gpu_name']!r} (type {env['gpu']!r}); run on a {expected_gpu} node or set gpus: auto"
         )
+        log.error(message)  # into the job's log file too, not only the traceback on stderr
+        raise RuntimeError(message)
     return env
 
 

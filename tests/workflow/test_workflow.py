@@ -56,6 +56,20 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
     assert "interpreter_check" not in counts
 
 
+def test_gpu_types_map_gpu_jobs_to_the_cluster(tmp_path):
+    """Each GPU job gets its type's partition, GRES and constraint; unlisted types get the defaults."""
+    types = "gpu_types={h200: {partition: gpu, gres: 'gpu:h200:1', constraint: h200}}"
+    r = snakemake("-n", "--cores", "1", "--config", "gpus=[h200,a100]", types, f"results_dir={tmp_path}",
+                  f"report={tmp_path}/report.html")  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    jobs = r.stdout.split("\nrule ")
+    for rule in ("environment", "attention_benchmark", "hbm_traffic"):
+        h200 = next(j for j in jobs if j.startswith(f"{rule}:") and "wildcards: gpu=h200" in j)
+        assert "slurm_partition=gpu, slurm_extra=--gres=gpu:h200:1, constraint=h200" in h200
+        a100 = next(j for j in jobs if j.startswith(f"{rule}:") and "wildcards: gpu=a100" in j)
+        assert "slurm_partition=, slurm_extra=--gres=gpu:1" in a100 and "constraint=" not in a100
+
+
 def test_config_is_validated(tmp_path):
     r = snakemake("-n", "--cores", "1", "--config", "gpus=H200!", f"results_dir={tmp_path}")
     assert r.returncode != 0

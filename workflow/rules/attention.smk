@@ -10,6 +10,9 @@ rule attention_benchmark:
         "../../envs/kernels.yaml"
     resources:
         gpu=1,
+        slurm_partition=gpu_slurm_partition,
+        slurm_extra=gpu_slurm_extra,
+        constraint=gpu_constraint,
     params:
         spec=lambda w: ATTENTION_SHARDS[w.shard],
     script:

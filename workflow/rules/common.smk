@@ -21,6 +21,32 @@ def measured_gpus():
     return list(config["gpus"])
 
 
+def gpu_type(gpu):
+    """How a GPU type maps to the cluster (config gpu_types), with the schema's defaults for unlisted types."""
+    entry = dict(config.get("gpu_types", {}).get(gpu) or {})
+    return {
+        "partition": entry.get("partition", ""),
+        "gres": entry.get("gres", "gpu:1"),
+        "constraint": entry.get("constraint", ""),
+    }
+
+
+def gpu_slurm_partition(wildcards):
+    """SLURM partition of a GPU-type job ("" leaves the choice to the cluster's default)."""
+    return gpu_type(wildcards.gpu)["partition"]
+
+
+def gpu_slurm_extra(wildcards):
+    """sbatch options of a GPU-type job: its GRES request (a job's --constraint comes from gpu_constraint)."""
+    gres = gpu_type(wildcards.gpu)["gres"]
+    return f"--gres={gres}" if gres else ""
+
+
+def gpu_constraint(wildcards):
+    """Node features a GPU-type job needs; None (no -C at all) when the type names none."""
+    return gpu_type(wildcards.gpu)["constraint"] or None
+
+
 def reference_gpus():
     """GPU types with shipped results (reports/reference/<gpu>/attention.csv) not measured now."""
     root = Path(REFERENCE)

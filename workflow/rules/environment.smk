@@ -8,5 +8,8 @@ rule environment:
         "../../envs/kernels.yaml"
     resources:
         gpu=1,
+        slurm_partition=gpu_slurm_partition,
+        slurm_extra=gpu_slurm_extra,
+        constraint=gpu_constraint,
     script:
         "../scripts/environment.py"

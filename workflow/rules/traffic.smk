@@ -25,6 +25,9 @@ rule hbm_traffic:
         "../../envs/kernels.yaml"
     resources:
         gpu=1,
+        slurm_partition=gpu_slurm_partition,
+        slurm_extra=gpu_slurm_extra,
+        constraint=gpu_constraint,
     params:
         spec=TRAFFIC_SPEC,
     script:
