@@ -44,11 +44,16 @@ def check_gpu(expected_gpu: str) -> dict:
     return env
 
 
-def record_environment(expected_gpu: str, out_json: str | Path) -> dict:
-    """Write the environment of a result set after checking the GPU type."""
+def record_environment(expected_gpu: str, out_json: str | Path, out_packages: str | Path | None = None) -> dict:
+    """Write the environment of a result set after checking the GPU type; with ``out_packages``, also
+    the snapshot of every installed Python package (name==version, one a line)."""
+    from analysis.provenance import installed_packages
+
     env = check_gpu(expected_gpu)
     Path(out_json).parent.mkdir(parents=True, exist_ok=True)
     Path(out_json).write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+    if out_packages:
+        Path(out_packages).write_text("\n".join(installed_packages()) + "\n")
     log.info("environment: %s", env)
     return env
 

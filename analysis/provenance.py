@@ -130,6 +130,18 @@ def environment() -> dict:
     return env
 
 
+def installed_packages() -> list[str]:
+    """``name==version`` of every Python distribution importable here (what actually ran), sorted."""
+    from importlib import metadata
+
+    seen = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and name.lower() not in seen:
+            seen[name.lower()] = f"{name}=={dist.version}"
+    return [seen[k] for k in sorted(seen)]
+
+
 ROW_FIELDS = ("gpu_name", "gpu", "driver", "cuda", "torch", "triton", "python", "git_sha")
 
 

@@ -48,6 +48,8 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "") -> Path:
         table: out / "attention.csv",
         env_json: out / "environment.json",
     }
+    if (src / "packages.txt").is_file():
+        copies[src / "packages.txt"] = out / "packages.txt"
     for f in sorted((src / "attention").glob("*.csv")):
         copies[f] = out / "jobs" / f.name
     for f in sorted((results / "logs" / gpu).rglob("*.log")):

@@ -117,3 +117,15 @@ def test_row_provenance_keeps_row_fields_only():
     assert tuple(row) == ROW_FIELDS
     assert row["gpu"] == "h200" and row["torch"] == "2.11.0"
     assert row["driver"] == "" and row["git_sha"] == ""
+
+
+def test_installed_packages_snapshot_lists_what_runs():
+    from importlib import metadata
+
+    from analysis.provenance import installed_packages
+
+    pkgs = installed_packages()
+    names = [p.split("==")[0].lower() for p in pkgs]
+    assert names == sorted(names) and len(names) == len(set(names))
+    assert f"torch=={metadata.version('torch')}" in pkgs  # the distribution's version (no local +cu tag)
+    assert all("==" in p for p in pkgs)

@@ -1,7 +1,9 @@
 # ---- environment: what GPU, driver and software a result set was measured with ------------------------
+# environment.json: GPU, driver, CUDA, cuDNN, torch, Triton, commit; packages.txt: every Python package.
 rule environment:
     output:
-        f"{RESULTS}/{{gpu}}/environment.json",
+        env=f"{RESULTS}/{{gpu}}/environment.json",
+        packages=f"{RESULTS}/{{gpu}}/packages.txt",
     log:
         f"{RESULTS}/logs/{{gpu}}/environment.log",
     conda:
