@@ -85,13 +85,14 @@ def _as_bool(s: pd.Series) -> pd.Series:
     return s.map(lambda v: str(v).strip().lower() in _TRUE).astype(bool)
 
 
-def prepare(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
+def prepare(df: pd.DataFrame, experiment: str, several_gpus: bool = False) -> pd.DataFrame:
     """Rows of one experiment with bools, numbers and the facet label (``panel``) normalised.
 
-    Raises ``ValueError`` if the table mixes GPUs: every figure and summary is for one GPU.
+    Raises ``ValueError`` if the table mixes GPUs, unless ``several_gpus`` (the comparison figure):
+    every other figure and summary is for one GPU.
     """
     gpus = df["gpu"].dropna().unique()
-    if len(gpus) > 1:
+    if len(gpus) > 1 and not several_gpus:
         raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
     d = df[df["experiment"] == experiment].copy()
     d["causal"] = _as_bool(d["causal"])
@@ -434,6 +435,60 @@ FIGURES = {
     "attention_speedup": (attention_speedup, "attention_speedup.rst"),
     "attention_memory": (attention_memory, "attention_memory.rst"),
 }
+
+
+def gpu_comparison(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """The GPU types side by side: forward TFLOP/s and the fraction of each GPU's dense peak reached, per
+    implementation, at the largest N of the FlashAttention-2 setting, per (dtype, head_dim, causal).
+
+    ``df`` holds the rows of several GPUs (one table per GPU, concatenated). The peak comes from the GPU
+    specification table (``analysis.gpus``); a GPU type missing from it gets no fraction.
+    """
+    from analysis import gpus as specs
+
+    d = ok_timed(prepare(df, "fa2-setting", several_gpus=True))
+    d = d[d["mode"] == "fwd"].dropna(subset=["tflops"])
+    _require(d, "no ok timed forward rows for experiment 'fa2-setting'")
+    largest = d.groupby(["gpu", "dtype", "head_dim", "causal"])["seqlen_q"].transform("max")
+    d = d[d["seqlen_q"] == largest].copy()
+    peaks = {}
+    for gpu in d["gpu"].unique():
+        try:
+            peaks[gpu] = specs.peak_tflops(specs.spec(gpu), "fp16")
+        except (KeyError, ValueError):
+            peaks[gpu] = float("nan")
+    d["peak_tflops"] = d["gpu"].map(peaks)
+    d["fraction_of_peak"] = d["tflops"] / d["peak_tflops"]
+    gpu_order = sorted(d["gpu"].unique())
+    order = _impl_order(d["impl"].unique())
+    panels = d[["head_dim", "causal", "panel"]].drop_duplicates().sort_values(["head_dim", "causal"])["panel"]
+    dtypes = [t for t in DTYPE_ORDER if t in set(d["dtype"])]
+    palette = dict(zip(gpu_order, sns.color_palette("colorblind", len(gpu_order)), strict=True))
+    with _theme():
+        g = sns.catplot(
+            data=d, kind="bar", x="impl", y="tflops", hue="gpu", col="panel", row="dtype",
+            order=order, hue_order=gpu_order, col_order=list(panels), row_order=dtypes, palette=palette,
+            height=FACET_HEIGHT, aspect=FACET_ASPECT,
+            sharey=True, margin_titles=True, legend_out=True,
+        )  # fmt: skip
+        g.set_titles(row_template="{row_name}", col_template="{col_name}")
+        g.set_axis_labels("", "TFLOP/s at the largest N")
+        for ax in g.axes.flat:
+            ax.tick_params(axis="x", labelrotation=45)
+            for label in ax.get_xticklabels():
+                label.set_horizontalalignment("right")
+        g.figure.suptitle("GPU types side by side: forward throughput, FlashAttention-2 setting", fontweight="bold")
+        g.figure.subplots_adjust(top=1 - 0.55 / g.figure.get_figheight())
+        out_png = Path(out_png)
+        out_png.parent.mkdir(parents=True, exist_ok=True)
+        g.figure.savefig(out_png, dpi=DPI, bbox_inches="tight")
+        plt.close(g.figure)
+    cols = ["gpu", "gpu_name", "dtype", "head_dim", "causal", "impl", "batch", "heads", "seqlen_q", "ms_median",
+            "tflops", "peak_tflops", "fraction_of_peak", "kernel_config"]  # fmt: skip
+    return d[cols].sort_values(["dtype", "head_dim", "causal", "impl", "gpu"]).reset_index(drop=True)
+
+
+COMPARISON_FIGURES = {"gpu_comparison": (gpu_comparison, "gpu_comparison.rst")}
 
 
 CAPTIONS_DIR = Path(__file__).resolve().parents[1] / "reports" / "captions"

@@ -105,6 +105,14 @@ def render_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
     return entries
 
 
+def render_comparison(table_files: dict[str, str | Path], out_dir: str | Path) -> list[dict]:
+    """The GPU types side by side (one figure over every GPU's table), with its manifest."""
+    from analysis import figures
+
+    df = pd.concat([tables.read_rows([p]) for p in table_files.values()], ignore_index=True)
+    return figures.render_all(df, out_dir, figures.COMPARISON_FIGURES, ", ".join(map(str, table_files.values())))
+
+
 def run_audit(
     table_files: dict[str, str | Path], out_csv: str | Path, traffic_files: dict[str, str | Path] | None = None
 ) -> pd.DataFrame:
@@ -120,7 +128,11 @@ def run_audit(
 
 
 def render_report(
-    gpus: list[dict], checks_csv: str | Path | None, out_html: str | Path, verdicts_csv: str | Path | None = None
+    gpus: list[dict],
+    checks_csv: str | Path | None,
+    out_html: str | Path,
+    verdicts_csv: str | Path | None = None,
+    comparison_dir: str | Path | None = None,
 ) -> Path:
     """Render the HTML report. ``gpus``: dicts with slug, source, table, environment, figures_dir."""
     from analysis import report
@@ -143,4 +155,7 @@ def render_report(
     checks = tables.read_rows([checks_csv]) if checks_csv else None
     generated = {"timestamp": now_utc(), "git_sha": git_sha()}
     verdicts = pd.read_csv(verdicts_csv, keep_default_na=False) if verdicts_csv else None
-    return report.render_report(out_html, sections, checks, generated=generated, verdicts=verdicts)
+    comparison = json.loads((Path(comparison_dir) / "manifest.json").read_text()) if comparison_dir else None
+    return report.render_report(
+        out_html, sections, checks, generated=generated, verdicts=verdicts, comparison=comparison
+    )

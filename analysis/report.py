@@ -236,6 +236,7 @@ def render_report(
     generated: dict | None = None,
     extra_sections: list[dict] | None = None,
     verdicts: pd.DataFrame | None = None,
+    comparison: list[dict] | None = None,
 ) -> Path:
     """Write the report to ``out_html`` and return its path.
 
@@ -246,7 +247,8 @@ def render_report(
     named explicitly, any other keys are listed. ``extra_sections``: dicts with ``title`` and
     ``html``, placed before the GPU sections; their ``html`` is inserted as is, so the caller must
     have escaped any data in it. ``verdicts``: the claims audit (``analysis.audit.COLUMNS``); when
-    given, it leads the report.
+    given, it leads the report. ``comparison``: the cross-GPU figures (``render_all`` entries), shown
+    after it when several GPU types are in the report.
     """
     correctness = correctness_table(checks)
     generated = dict(generated or {})
@@ -271,6 +273,7 @@ def render_report(
         gpus=[_gpu(g) for g in gpus],
         checks=_table(correctness) if correctness is not None else None,
         verdicts=verdict_section(verdicts, {g["slug"] for g in gpus}),
+        comparison=[_figure(e) for e in comparison] if comparison else None,
     )
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)

@@ -161,6 +161,11 @@ def traffic_gpus():
     return [g for g in report_gpus() if traffic_path(g)]
 
 
+def comparison_dir():
+    """The cross-GPU figures' folder, when the report holds more than one GPU type."""
+    return f"{RESULTS}/report/compare" if len(report_gpus()) > 1 else None
+
+
 def checks_path():
     return f"{RESULTS}/{CPU_SLUG}/checks.csv" if interpreter_enabled() else None
 

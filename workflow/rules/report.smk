@@ -18,6 +18,22 @@ rule figures:
         "../scripts/figures.py"
 
 
+# ---- compare_gpus: the GPU types side by side (only when the report holds several) ---------------------
+rule compare_gpus:
+    input:
+        tables=lambda w: [table_path(g) for g in report_gpus()],
+    output:
+        directory(f"{RESULTS}/report/compare"),
+    log:
+        f"{RESULTS}/logs/report/compare_gpus.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        tables=lambda w: {g: table_path(g) for g in report_gpus()},
+    script:
+        "../scripts/compare_gpus.py"
+
+
 # ---- report: the self-contained HTML report over every GPU type and the interpreter checks ------------
 rule report:
     input:
@@ -29,6 +45,7 @@ rule report:
         traffic_figures=lambda w: [
             f"{RESULTS}/report/traffic/{g}" for g in traffic_gpus()
         ],
+        comparison=lambda w: [comparison_dir()] if comparison_dir() else [],
     output:
         config["report"],
     log:
@@ -50,5 +67,6 @@ rule report:
             for g in report_gpus()
         ],
         checks=lambda w: checks_path(),
+        comparison=lambda w: comparison_dir(),
     script:
         "../scripts/report.py"

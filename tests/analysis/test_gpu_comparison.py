@@ -1,0 +1,58 @@
+"""The cross-GPU comparison: one figure over several GPUs' tables, and its section in the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import figures, pipeline, tables
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "reports" / "reference" / "h200" / "attention.csv"
+
+
+@pytest.fixture
+def two_gpus(tmp_path) -> dict[str, Path]:
+    """The shipped H200 table and a copy relabelled as an A100 at 40% of its throughput."""
+    a = tables.read_rows([H200])
+    b = a.assign(gpu="a100-sxm4-80gb", gpu_name="NVIDIA A100-SXM4-80GB", tflops=a["tflops"] * 0.4)
+    path = tmp_path / "a100.csv"
+    b.to_csv(path, index=False)
+    return {"h200": H200, "a100-sxm4-80gb": path}
+
+
+def test_comparison_table_uses_each_gpus_peak(two_gpus, tmp_path):
+    df = pd.concat([tables.read_rows([p]) for p in two_gpus.values()], ignore_index=True)
+    t = figures.gpu_comparison(df, tmp_path / "cmp.png")
+    assert (tmp_path / "cmp.png").stat().st_size > 0
+    assert set(t["gpu"]) == set(two_gpus)
+    # only the largest N of each setting, per GPU
+    assert set(t["seqlen_q"]) == {16384}
+    peaks = t.groupby("gpu")["peak_tflops"].first().to_dict()
+    assert peaks["a100-sxm4-80gb"] == pytest.approx(312.0)
+    assert peaks["h200"] == pytest.approx(989.4, abs=1)
+    row = t[(t["gpu"] == "a100-sxm4-80gb") & (t["impl"] == "ours-fa2")].iloc[0]
+    assert row["fraction_of_peak"] == pytest.approx(row["tflops"] / 312.0)
+
+
+def test_single_gpu_figures_still_refuse_mixed_tables(two_gpus, tmp_path):
+    df = pd.concat([tables.read_rows([p]) for p in two_gpus.values()], ignore_index=True)
+    with pytest.raises(ValueError, match="one GPU at a time"):
+        figures.attention_tflops(df, tmp_path / "x.png")
+
+
+def test_report_shows_the_comparison(two_gpus, tmp_path):
+    manifest = pipeline.render_comparison(two_gpus, tmp_path / "compare")
+    assert [e["name"] for e in manifest] == ["gpu_comparison"]
+    assert json.loads((tmp_path / "compare" / "manifest.json").read_text())[0]["png"]
+    gpus = []
+    for slug, table in two_gpus.items():
+        pipeline.render_figures(table, tmp_path / slug)
+        gpus.append({"slug": slug, "source": "fixture", "table": table, "figures_dir": tmp_path / slug,
+                     "environment": ROOT / "reports" / "reference" / "h200" / "environment.json"})  # fmt: skip
+    html = pipeline.render_report(gpus, None, tmp_path / "r.html", None, tmp_path / "compare").read_text()
+    assert 'id="gpu-comparison"' in html
+    assert "GPU types side by side" in html
