@@ -32,8 +32,9 @@ else:
     os.environ.setdefault("KERNELS_FA2_CONFIG", "BLOCK_M=64,BLOCK_N=32,num_warps=4,num_stages=2")
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "tests"):  # the packages, and the tests' shared helpers (snakemake_helpers)
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 GPU_SKIP_REASON = "needs a CUDA GPU (this machine runs kernels in Triton's interpreter on the CPU)"
 

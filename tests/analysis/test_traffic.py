@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from snakemake_helpers import job_counts, snakemake  # noqa: E402
+
 from analysis import models, traffic, traffic_figures  # noqa: E402
 
 B, H = 1, 16
@@ -527,26 +529,13 @@ def test_render_all_skips_figures_without_ok_rows(tmp_path):
 
 
 def _dry_run(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-
-
-def _job_counts(stdout: str) -> dict[str, int]:
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("Job stats"))
-    counts = {}
-    for line in lines[start + 3 :]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        counts[parts[0]] = int(parts[1])
-    return counts
+    return snakemake("-n", "--cores", "1", *args)
 
 
 def test_dry_run_for_a_named_gpu_plans_the_traffic_job_and_its_figures(tmp_path):
     r = _dry_run("--config", "gpus=[h200]", f"results_dir={tmp_path}", f"report={tmp_path}/report.html")
     assert r.returncode == 0, r.stderr + r.stdout
-    counts = _job_counts(r.stdout)
+    counts = job_counts(r.stdout)
     assert counts["hbm_traffic"] == 1
     assert counts["traffic_figures"] == 1
     assert f"{tmp_path}/h200/traffic.csv" in r.stdout
@@ -557,7 +546,7 @@ def test_dry_run_without_a_gpu_plans_no_traffic_job(tmp_path):
     r = _dry_run("--profile", "workflow/profiles/cpu", "--config", f"results_dir={tmp_path}",
                  f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
-    assert "hbm_traffic" not in _job_counts(r.stdout)
+    assert "hbm_traffic" not in job_counts(r.stdout)
 
 
 def test_traffic_can_be_switched_off(tmp_path):
@@ -565,4 +554,4 @@ def test_traffic_can_be_switched_off(tmp_path):
     off.write_text("gpus: [h200]\nattention:\n  traffic:\n    enabled: false\n")
     r = _dry_run("--configfile", str(off), "--config", f"results_dir={tmp_path}", f"report={tmp_path}/r.html")
     assert r.returncode == 0, r.stderr + r.stdout
-    assert "hbm_traffic" not in _job_counts(r.stdout)
+    assert "hbm_traffic" not in job_counts(r.stdout)

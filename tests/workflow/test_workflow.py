@@ -5,33 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from snakemake_helpers import job_counts, snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = Path(__file__).with_name("mini.yaml")
-
-
-def snakemake(*args, cwd=ROOT, timeout=600):
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    """Parse the 'Job stats' table of a dry run."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("Job stats"))
-    counts = {}
-    for line in lines[start + 3 :]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        counts[parts[0]] = int(parts[1])
-    return counts
 
 
 def test_dry_run_cpu_plans_interpreter_checks_and_report(tmp_path):
