@@ -1,4 +1,4 @@
-"""FlashAttention-2 forward in Triton.
+"""FlashAttention-2 in Triton: the forward kernel, and a backward pass that recomputes P.
 
 What it is: exact softmax attention ``softmax(Q Kᵀ · sm_scale) V`` computed tile by tile, following the
 FlashAttention-2 paper's loop order: one program per (block of BLOCK_M query rows, batch·head); the
@@ -18,15 +18,18 @@ seqlen_q > seqlen_k) produce zeros and a logsumexp of -inf.
 Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (padded inside the kernel to a
 power of two ≥ 16; the padded lanes are masked, never read from memory), float16 and bfloat16 on the
 GPU, float32 as an exact (IEEE, not TF32) teaching/testing mode, ``[batch, heads, seq, head_dim]``
-tensors with arbitrary strides. Does not handle: backward (forward only: inputs that require grad are
-refused rather than silently detached), dropout, attention bias, K/V heads ≠ Q heads, packed varlen.
+tensors with arbitrary strides. Backward (``backward``, and autograd through ``attention``): the FA-2
+paper's recomputation from the saved logsumexp, as two deterministic passes (dK/dV per key block, dQ
+per query block, no atomics), with one fixed tile configuration so far (not yet tuned or timed on a
+GPU). Does not handle: dropout, attention bias, K/V heads ≠ Q heads, packed varlen.
 
 Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_forward.py)
 and on an NVIDIA H200 with Triton 3.6 (float16, bfloat16, d = 64 … 256, N = 512 … 65536: every benchmark
 point of the pipeline is checked against float64 before it is timed).
 
-Layers, top to bottom: ``@triton.jit`` kernels; configuration (dataclass, factory, pruning, env pin);
-the launcher ``forward`` (checks, allocation, grid); the public function ``attention``.
+Layers, top to bottom: ``@triton.jit`` kernels (forward, then backward); configuration (dataclass,
+factory, pruning, env pin); the launchers ``forward`` and ``backward`` (checks, allocation, grid); the
+``autograd.Function``; the public function ``attention``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device
 
-__all__ = ["FA2Config", "attention", "forward", "default_configs", "last_config", "MAX_HEAD_DIM"]
+__all__ = ["FA2Config", "attention", "forward", "backward", "default_configs", "last_config", "MAX_HEAD_DIM"]
 
 MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -220,6 +223,170 @@ def _attn_fwd_kernel(
         tl.store(o_ptrs, out)
     else:
         tl.store(o_ptrs, out, mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+
+
+@triton.jit
+def _attn_bwd_p(
+    q,  # (BLOCK_M, BLOCK_D)
+    k,  # (BLOCK_N, BLOCK_D)
+    lse2,  # (BLOCK_M,) logsumexp in the log2 domain
+    offs_m,
+    offs_n,
+    seqlen_q,
+    seqlen_k,
+    diag,
+    qk_scale,  # sm_scale * log2(e)
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+):
+    """Recompute the probabilities P (BLOCK_M, BLOCK_N) of one tile from Q, K and the saved logsumexp."""
+    if IS_FP32:
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        qk = tl.dot(q, tl.trans(k))
+    keep = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
+    if IS_CAUSAL:
+        keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag)
+    # rows that see no key have lse = -inf and every entry masked: where() keeps the inf out
+    p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+    return tl.where(keep, p, 0.0)
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_gb, stride_gh, stride_gn, stride_gd,  # of DK and DV: contiguous, the shape of K
+    num_heads,
+    seqlen_q,
+    seqlen_k,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """dK and dV of one block of BLOCK_N keys: a pass over the query blocks that can see it.
+
+    Each program owns its dK/dV rows, so no atomics are needed and the result is deterministic.
+    """
+    start_n = tl.program_id(0) * BLOCK_N
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d[None, :] < HEAD_DIM
+    kv_mask = (offs_n[:, None] < seqlen_k) & d_ok
+    k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                mask=kv_mask, other=0.0)  # fmt: skip
+    v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                mask=kv_mask, other=0.0)  # fmt: skip
+    qk_scale = sm_scale * 1.4426950408889634
+    diag = seqlen_k - seqlen_q
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    # query rows before start_n - diag see none of these keys under the causal mask
+    lo = 0
+    if IS_CAUSAL:
+        lo = (tl.maximum(start_n - diag, 0) // BLOCK_M) * BLOCK_M
+    for start_m in range(lo, seqlen_q, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        m_ok = offs_m < seqlen_q
+        q_mask = m_ok[:, None] & d_ok
+        q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm
+                    + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)  # fmt: skip
+        do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
+                     + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
+        lse = tl.load(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
+        delta = tl.load(DELTA + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
+        p = _attn_bwd_p(q, k, lse * 1.4426950408889634, offs_m, offs_n, seqlen_q, seqlen_k, diag, qk_scale,
+                        IS_CAUSAL, IS_FP32)  # fmt: skip
+        if IS_FP32:
+            dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+        else:
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do)
+            dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        if IS_FP32:
+            dk += tl.dot(tl.trans(ds), q, input_precision="ieee")
+        else:
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
+    dk = dk * sm_scale
+    out_mask = kv_mask
+    g_off = off_b * stride_gb + off_h * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gd
+    tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=out_mask)
+    tl.store(DV + g_off, dv.to(DV.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_gb, stride_gh, stride_gm, stride_gd,  # of DQ: contiguous, the shape of Q
+    num_heads,
+    seqlen_q,
+    seqlen_k,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """dQ of one block of BLOCK_M queries: a pass over the key blocks it can see (deterministic)."""
+    start_m = tl.program_id(0) * BLOCK_M
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d[None, :] < HEAD_DIM
+    m_ok = offs_m < seqlen_q
+    q_mask = m_ok[:, None] & d_ok
+    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=q_mask, other=0.0)  # fmt: skip
+    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
+    lse = tl.load(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
+    delta = tl.load(DELTA + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634
+    diag = seqlen_k - seqlen_q
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    hi = seqlen_k
+    if IS_CAUSAL:  # keys past the last row's diagonal are hidden from the whole block
+        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), 0)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (offs_n[:, None] < seqlen_k) & d_ok
+        k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_n[:, None] * stride_kn
+                    + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
+        v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_n[:, None] * stride_vn
+                    + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
+        p = _attn_bwd_p(q, k, lse * 1.4426950408889634, offs_m, offs_n, seqlen_q, seqlen_k, diag, qk_scale,
+                        IS_CAUSAL, IS_FP32)  # fmt: skip
+        if IS_FP32:
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+        else:
+            dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        if IS_FP32:
+            dq += tl.dot(ds, k, input_precision="ieee")
+        else:
+            dq += tl.dot(ds.to(k.dtype), k)
+    dq = dq * sm_scale
+    tl.store(DQ + off_b * stride_gb + off_h * stride_gh + offs_m[:, None] * stride_gm + offs_d[None, :] * stride_gd,
+             dq.to(DQ.dtype.element_ty), mask=q_mask)  # fmt: skip
 
 
 _fwd_heuristic_kernel = triton.heuristics(
@@ -463,6 +630,80 @@ def forward(
     return out, lse
 
 
+BWD_CONFIG_INTERPRET = FA2Config(16, 16, 4, 1)
+BWD_CONFIG = FA2Config(64, 64, 4, 2)
+
+
+def backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) of ``attention`` from the forward's output and logsumexp.
+
+    P is recomputed tile by tile from Q, K and the logsumexp (no N×N tensor is stored or written).
+    Two deterministic passes: one program per key block accumulates dK and dV over the query blocks
+    that see it, one program per query block accumulates dQ; no atomics. One fixed tile configuration
+    for now (64×64, 4 warps; 16×16 in the interpreter): correctness first, tuning comes with its benchmark.
+    """
+    _check_inputs(q, k, v)
+    b, h, seqlen_q, d = q.shape
+    seqlen_k = k.shape[2]
+    if do.shape != q.shape:
+        raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q.shape)}")
+    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    dq = torch.zeros(q.shape, device=q.device, dtype=q.dtype)
+    dk = torch.zeros(k.shape, device=k.device, dtype=k.dtype)
+    dv = torch.zeros(v.shape, device=v.device, dtype=v.dtype)
+    if q.numel() == 0 or k.numel() == 0:
+        return dq, dk, dv
+    do = do.to(q.dtype)
+    # Δ_i = Σ_j dO_ij · O_ij (= Σ_j P_ij dP_ij): one O(N·d) pass, done in fp32
+    delta = (do.float() * out.float()).sum(-1).contiguous()
+    lse = lse.contiguous()
+    cfg = BWD_CONFIG_INTERPRET if INTERPRET else BWD_CONFIG
+    block_d = max(16, triton.next_power_of_2(d))
+    common = (
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+    )  # fmt: skip
+    constants = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
+                     BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+                     num_stages=cfg.num_stages)  # fmt: skip
+    switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
+    with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+        _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), b * h)](
+            q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(),
+            h, seqlen_q, seqlen_k, float(sm_scale), **constants,
+        )  # fmt: skip
+        _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, cfg.block_m), b * h)](
+            q, k, v, do, lse, delta, dq, *common, *dq.stride(),
+            h, seqlen_q, seqlen_k, float(sm_scale), **constants,
+        )  # fmt: skip
+    return dq, dk, dv
+
+
+class _FlashAttention2(torch.autograd.Function):
+    """Forward with the tuned kernel; backward recomputes P from the saved logsumexp."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        out, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = backward(grad_out, q, k, v, out, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
 # ---------------------------------------------------------------------------------------------------
 # Public function
 # ---------------------------------------------------------------------------------------------------
@@ -485,13 +726,10 @@ def attention(
 
     Returns: ``[B, H, Nq, d]`` in the input dtype.
 
-    Raises ``TypeError``/``ValueError`` for unsupported dtypes, devices, shapes or head dims, and
-    ``NotImplementedError`` when gradients are requested: this kernel is forward-only.
+    Differentiable: the backward pass (``backward``) recomputes P from the saved logsumexp.
+    Raises ``TypeError``/``ValueError`` for unsupported dtypes, devices, shapes or head dims.
     """
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(
-            "kernels.attention.fa2 has no backward pass yet; call it under torch.no_grad() or on "
-            "tensors that do not require grad"
-        )
+        return _FlashAttention2.apply(q, k, v, causal, sm_scale)
     out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale)
     return out
