@@ -1,0 +1,197 @@
+"""FlashAttention-1 forward as published (Dao et al. 2022, Algorithm 1), in Triton.
+
+What it is: the FA-1 paper's loop order, kept on purpose so that the FA-1 → FA-2 gap and the FA-1 IO
+model (``analysis.models.fa1_forward_bytes``) can be measured on real hardware. One program per
+batch·head (the paper parallelises over batch and heads only). The *outer* loop runs over blocks of
+Bc keys/values, loaded once; the *inner* loop runs over every block of Br query rows and, for each,
+reads Q_i, O_i, ℓ_i and m_i from HBM, updates them with the new block of scores, normalises O_i, and
+writes O_i, ℓ_i and m_i back. The output is therefore re-read and re-written Tc = ⌈N / Bc⌉ times:
+this is the traffic FlashAttention-2 removes by swapping the loops.
+
+Deviations from the paper, each deliberate:
+- Block sizes are launch parameters (default Br = Bc = 64) rather than ⌈M/4d⌉ and min(⌈M/4d⌉, d) from
+  the on-chip memory size M: Triton decides the on-chip layout, so M is not ours to fill. The audit's
+  IO model uses the paper's formulas.
+- Scores use exp2 with a log2-scaled max (the same arithmetic as exp, fewer instructions), ℓ and m are
+  kept in fp32, and O is accumulated in fp32 inside a step and stored in the input dtype between steps
+  (the paper stores O at the working precision too).
+- Causal masking (the paper's block-sparse variant does the same) skips key blocks entirely above the
+  diagonal, aligned to the bottom-right corner as in ``kernels.attention.fa2``; no dropout.
+
+Handles: any N (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (padded in the kernel), fp16 and bf16
+on a GPU, fp32 (exact IEEE dots) in the interpreter and on a GPU, any strides. Forward only for now: its
+backward (the paper's Algorithm 4) is the next step; inputs that require grad are refused.
+
+Tested: in Triton's interpreter (tests/kernels/test_fa1_forward.py); not yet run on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._runtime import INTERPRET
+from kernels.attention.fa2 import _check_inputs
+
+__all__ = ["attention", "forward", "DEFAULT_BLOCKS"]
+
+DEFAULT_BLOCKS = (16, 16) if INTERPRET else (64, 64)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Triton kernel
+# ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fa1_fwd_kernel(
+    Q,  # (B, H, Nq, d)
+    K,  # (B, H, Nk, d)
+    V,  # (B, H, Nk, d)
+    O,  # (B, H, Nq, d) contiguous, zero-initialised: read and written at every outer step  # noqa: E741
+    L,  # (B, H, Nq) fp32 row sums ℓ, zero-initialised
+    M,  # (B, H, Nq) fp32 row maxima m (log2 domain), initialised to -inf
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    num_heads,
+    seqlen_q,
+    seqlen_k,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    BLOCK_R: tl.constexpr,  # Br, query rows per inner step
+    BLOCK_C: tl.constexpr,  # Bc, keys per outer step
+):  # fmt: skip
+    off_bh = tl.program_id(0)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d[None, :] < HEAD_DIM
+    qk_scale = sm_scale * 1.4426950408889634
+    diag = seqlen_k - seqlen_q
+    o_base = O + off_bh.to(tl.int64) * seqlen_q * HEAD_DIM
+    stat_base = off_bh.to(tl.int64) * seqlen_q
+
+    for start_c in range(0, seqlen_k, BLOCK_C):  # outer loop: K_j, V_j loaded once
+        offs_c = start_c + tl.arange(0, BLOCK_C)
+        kv_mask = (offs_c[:, None] < seqlen_k) & d_ok
+        k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_c[:, None] * stride_kn
+                    + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
+        v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_c[:, None] * stride_vn
+                    + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
+        # under the causal mask, query rows before start_c - diag see none of these keys
+        lo = 0
+        if IS_CAUSAL:
+            lo = (tl.maximum(start_c - diag, 0) // BLOCK_R) * BLOCK_R
+        for start_r in range(lo, seqlen_q, BLOCK_R):  # inner loop: Q_i, O_i, ℓ_i, m_i from HBM
+            offs_r = start_r + tl.arange(0, BLOCK_R)
+            r_ok = offs_r < seqlen_q
+            q_mask = r_ok[:, None] & d_ok
+            q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_r[:, None] * stride_qm
+                        + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)  # fmt: skip
+            o_ptrs = o_base + offs_r[:, None] * HEAD_DIM + offs_d[None, :]
+            o = tl.load(o_ptrs, mask=q_mask, other=0.0).to(tl.float32)
+            l_i = tl.load(L + stat_base + offs_r, mask=r_ok, other=0.0)
+            m_i = tl.load(M + stat_base + offs_r, mask=r_ok, other=float("-inf"))
+
+            if IS_FP32:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            keep = r_ok[:, None] & (offs_c[None, :] < seqlen_k)
+            if IS_CAUSAL:
+                keep = keep & (offs_c[None, :] <= offs_r[:, None] + diag)
+            s = tl.where(keep, s * qk_scale, float("-inf"))
+            m_blk = tl.max(s, 1)  # m̃_ij
+            m_blk_safe = tl.where(m_blk == float("-inf"), 0.0, m_blk)
+            p = tl.math.exp2(s - m_blk_safe[:, None])  # P̃_ij
+            l_blk = tl.sum(p, 1)  # ℓ̃_ij
+            m_new = tl.maximum(m_i, m_blk)
+            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            a = tl.math.exp2(m_i - m_new_safe)  # weight of the old state
+            # weight of the new block; zero for rows with no visible key in it
+            b = tl.where(m_blk == float("-inf"), 0.0, tl.math.exp2(m_blk_safe - m_new_safe))
+            l_new = a * l_i + b * l_blk
+            if IS_FP32:
+                pv = tl.dot(p, v, input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            # the paper's update: O_i ← diag(ℓ_new)⁻¹ (diag(ℓ_i) e^{m_i − m_new} O_i + e^{m̃ − m_new} P̃ V_j)
+            l_div = tl.where(l_new > 0.0, l_new, 1.0)
+            o = ((a * l_i)[:, None] * o + b[:, None] * pv) / l_div[:, None]
+            tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=q_mask)
+            tl.store(L + stat_base + offs_r, l_new, mask=r_ok)
+            tl.store(M + stat_base + offs_r, m_new, mask=r_ok)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------------
+
+
+def forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    blocks: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run Algorithm 1. Returns ``(out [B, H, Nq, d], lse [B, H, Nq] float32)``.
+
+    ``blocks`` = (Br, Bc), powers of two ≥ 16; default ``DEFAULT_BLOCKS``.
+    """
+    _check_inputs(q, k, v)
+    b, h, seqlen_q, d = q.shape
+    seqlen_k = k.shape[2]
+    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    if not math.isfinite(sm_scale) or sm_scale <= 0:
+        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    block_r, block_c = blocks or DEFAULT_BLOCKS
+    for name, blk in (("Br", block_r), ("Bc", block_c)):
+        if blk < 16 or blk & (blk - 1):
+            raise ValueError(f"{name} must be a power of two >= 16, got {blk}")
+    out = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)
+    row_sum = torch.zeros((b, h, seqlen_q), device=q.device, dtype=torch.float32)
+    row_max = torch.full((b, h, seqlen_q), float("-inf"), device=q.device, dtype=torch.float32)
+    if out.numel() and seqlen_k:
+        switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
+        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+            _fa1_fwd_kernel[(b * h,)](
+                q, k, v, out, row_sum, row_max,
+                *q.stride(), *k.stride(), *v.stride(),
+                h, seqlen_q, seqlen_k, float(sm_scale),
+                HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(causal),
+                IS_FP32=q.dtype == torch.float32, BLOCK_R=block_r, BLOCK_C=block_c,
+            )  # fmt: skip
+    seen = row_sum > 0
+    lse = torch.where(seen, (row_max + torch.log2(torch.where(seen, row_sum, 1.0))) * math.log(2), -math.inf)
+    return out, lse
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public function
+# ---------------------------------------------------------------------------------------------------
+
+
+def attention(q, k, v, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
+    """FlashAttention-1 forward (Algorithm 1): ``softmax(q kᵀ · sm_scale [+ causal mask]) v``.
+
+    Shapes and dtypes as ``kernels.attention.fa2.attention``. Forward only: raises
+    ``NotImplementedError`` when gradients are requested.
+    """
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            "kernels.attention.fa1 has no backward pass yet (Algorithm 4 is the next step); use "
+            "torch.no_grad() or kernels.attention.fa2, which is differentiable"
+        )
+    out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale)
+    return out
