@@ -150,6 +150,8 @@ def forward(
     ``blocks`` = (Br, Bc), powers of two ≥ 16; default ``DEFAULT_BLOCKS``.
     """
     _check_inputs(q, k, v)
+    if k.shape[1] != q.shape[1]:
+        raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale

@@ -21,7 +21,9 @@ GPU, float32 as an exact (IEEE, not TF32) teaching/testing mode, ``[batch, heads
 tensors with arbitrary strides. Backward (``backward``, and autograd through ``attention``): the FA-2
 paper's recomputation from the saved logsumexp, as two deterministic passes (dK/dV per key block, dQ
 per query block, no atomics), with one fixed tile configuration so far (not yet tuned or timed on a
-GPU). Does not handle: dropout, attention bias, K/V heads ≠ Q heads, packed varlen.
+GPU). Grouped-query and multi-query attention: K/V may have fewer heads than Q, as long as they divide
+them (query head h reads K/V head h // (H / H_kv)). Does not handle: dropout, attention bias, packed
+varlen.
 
 Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_forward.py)
 and on an NVIDIA H200 with Triton 3.6 (float16, bfloat16, d = 64 … 256, N = 512 … 65536: every benchmark
@@ -144,6 +146,7 @@ def _attn_fwd_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     num_heads,
+    group,  # query heads per K/V head (1: multi-head; num_heads: multi-query)
     seqlen_q,
     seqlen_k,
     sm_scale,
@@ -161,14 +164,15 @@ def _attn_fwd_kernel(
     off_bh = tl.program_id(1)
     off_b = (off_bh // num_heads).to(tl.int64)
     off_h = (off_bh % num_heads).to(tl.int64)
+    off_hk = off_h // group  # the K/V head this query head reads (grouped-query attention)
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
 
     q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-    k_ptrs = K + off_b * stride_kb + off_h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = V + off_b * stride_vb + off_h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    k_ptrs = K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
     if EVEN_M and EVEN_D:
         q = tl.load(q_ptrs)
@@ -261,6 +265,8 @@ def _attn_bwd_dkdv_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_gb, stride_gh, stride_gn, stride_gd,  # of DK and DV: contiguous, the shape of K
     num_heads,
+    num_kv_heads,
+    group,  # query heads per K/V head: their contributions are summed here, in order
     seqlen_q,
     seqlen_k,
     sm_scale,
@@ -271,22 +277,23 @@ def _attn_bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """dK and dV of one block of BLOCK_N keys: a pass over the query blocks that can see it.
+    """dK and dV of one block of BLOCK_N keys of one K/V head: a pass over the query blocks of every
+    query head of its group that can see it.
 
     Each program owns its dK/dV rows, so no atomics are needed and the result is deterministic.
     """
     start_n = tl.program_id(0) * BLOCK_N
-    off_bh = tl.program_id(1)
-    off_b = (off_bh // num_heads).to(tl.int64)
-    off_h = (off_bh % num_heads).to(tl.int64)
+    off_bhk = tl.program_id(1)
+    off_b = (off_bhk // num_kv_heads).to(tl.int64)
+    off_hk = (off_bhk % num_kv_heads).to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d[None, :] < HEAD_DIM
     kv_mask = (offs_n[:, None] < seqlen_k) & d_ok
-    k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                mask=kv_mask, other=0.0)  # fmt: skip
-    v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                mask=kv_mask, other=0.0)  # fmt: skip
+    k = tl.load(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn
+                + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
+    v = tl.load(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn
+                + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
     qk_scale = sm_scale * 1.4426950408889634
     diag = seqlen_k - seqlen_q
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -295,6 +302,32 @@ def _attn_bwd_dkdv_kernel(
     lo = 0
     if IS_CAUSAL:
         lo = (tl.maximum(start_n - diag, 0) // BLOCK_M) * BLOCK_M
+    for g in range(0, group):
+        off_h = off_hk * group + g
+        off_bh = off_b * num_heads + off_h
+        dk, dv = _attn_bwd_dkdv_head(
+            dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, off_bh,
+            stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
+            offs_n, offs_d, d_ok, lo, seqlen_q, seqlen_k, diag, qk_scale,
+            IS_CAUSAL, IS_FP32, BLOCK_M,
+        )  # fmt: skip
+    dk = dk * sm_scale
+    out_mask = kv_mask
+    g_off = off_b * stride_gb + off_hk * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gd
+    tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=out_mask)
+    tl.store(DV + g_off, dv.to(DV.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _attn_bwd_dkdv_head(
+    dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, off_bh,
+    stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
+    offs_n, offs_d, d_ok, lo, seqlen_q, seqlen_k, diag, qk_scale,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """One query head's contribution to a K/V block's dK and dV (unscaled)."""
     for start_m in range(lo, seqlen_q, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         m_ok = offs_m < seqlen_q
@@ -303,8 +336,8 @@ def _attn_bwd_dkdv_kernel(
                     + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)  # fmt: skip
         do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
                      + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
-        lse = tl.load(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
-        delta = tl.load(DELTA + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
+        lse = tl.load(LSE + off_bh * seqlen_q + offs_m, mask=m_ok, other=0.0)
+        delta = tl.load(DELTA + off_bh * seqlen_q + offs_m, mask=m_ok, other=0.0)
         p = _attn_bwd_p(q, k, lse * 1.4426950408889634, offs_m, offs_n, seqlen_q, seqlen_k, diag, qk_scale,
                         IS_CAUSAL, IS_FP32)  # fmt: skip
         if IS_FP32:
@@ -318,11 +351,7 @@ def _attn_bwd_dkdv_kernel(
             dk += tl.dot(tl.trans(ds), q, input_precision="ieee")
         else:
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
-    dk = dk * sm_scale
-    out_mask = kv_mask
-    g_off = off_b * stride_gb + off_h * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gd
-    tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=out_mask)
-    tl.store(DV + g_off, dv.to(DV.dtype.element_ty), mask=out_mask)
+    return dk, dv
 
 
 @triton.jit
@@ -334,6 +363,7 @@ def _attn_bwd_dq_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_gb, stride_gh, stride_gm, stride_gd,  # of DQ: contiguous, the shape of Q
     num_heads,
+    group,
     seqlen_q,
     seqlen_k,
     sm_scale,
@@ -349,6 +379,7 @@ def _attn_bwd_dq_kernel(
     off_bh = tl.program_id(1)
     off_b = (off_bh // num_heads).to(tl.int64)
     off_h = (off_bh % num_heads).to(tl.int64)
+    off_hk = off_h // group
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d[None, :] < HEAD_DIM
@@ -369,9 +400,9 @@ def _attn_bwd_dq_kernel(
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         kv_mask = (offs_n[:, None] < seqlen_k) & d_ok
-        k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_n[:, None] * stride_kn
+        k = tl.load(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn
                     + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
-        v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_n[:, None] * stride_vn
+        v = tl.load(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn
                     + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
         p = _attn_bwd_p(q, k, lse * 1.4426950408889634, offs_m, offs_n, seqlen_q, seqlen_k, diag, qk_scale,
                         IS_CAUSAL, IS_FP32)  # fmt: skip
@@ -555,10 +586,11 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     b, h, _, d = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if k.shape[0] != b or k.shape[1] != h or k.shape[3] != d:
+    if k.shape[0] != b or k.shape[3] != d:
+        raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head_dim")
+    if (k.shape[1] == 0 and h != 0) or (k.shape[1] and h % k.shape[1]):
         raise ValueError(
-            f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in batch, heads or head_dim "
-            "(grouped-query K/V heads are not supported by this kernel)"
+            f"k/v have {k.shape[1]} heads, which must divide q's {h} (grouped-query / multi-query attention)"
         )
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim {d} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
@@ -603,7 +635,7 @@ def forward(
     args = (
         q, k, v, out, lse,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        h, seqlen_q, seqlen_k, float(sm_scale),
+        h, h // k.shape[1], seqlen_q, seqlen_k, float(sm_scale),
     )  # fmt: skip
     constants = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
                      EVEN_D=d == block_d)  # fmt: skip
@@ -676,13 +708,14 @@ def backward(
                      num_stages=cfg.num_stages)  # fmt: skip
     switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
     with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
-        _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), b * h)](
+        hk = k.shape[1]
+        _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), b * hk)](
             q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(),
-            h, seqlen_q, seqlen_k, float(sm_scale), **constants,
+            h, hk, h // hk, seqlen_q, seqlen_k, float(sm_scale), **constants,
         )  # fmt: skip
         _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, cfg.block_m), b * h)](
             q, k, v, do, lse, delta, dq, *common, *dq.stride(),
-            h, seqlen_q, seqlen_k, float(sm_scale), **constants,
+            h, h // hk, seqlen_q, seqlen_k, float(sm_scale), **constants,
         )  # fmt: skip
     return dq, dk, dv
 
@@ -719,8 +752,8 @@ def attention(
     """FlashAttention-2 forward: ``softmax(q kᵀ · sm_scale [+ causal mask]) v``.
 
     Args:
-        q: ``[B, H, Nq, d]``; k, v: ``[B, H, Nk, d]``; float16 or bfloat16 (float32 runs in exact IEEE
-            mode, slowly). Any strides. 1 ≤ d ≤ 256.
+        q: ``[B, H, Nq, d]``; k, v: ``[B, H_kv, Nk, d]`` with H_kv dividing H (grouped-query);
+            float16 or bfloat16 (float32 runs in exact IEEE mode, slowly). Any strides. 1 ≤ d ≤ 256.
         causal: mask keys after the query, aligned to the bottom-right corner when Nq ≠ Nk.
         sm_scale: score scale, default ``1/sqrt(d)``.
 

@@ -8,7 +8,8 @@
 - ``sdpa_attention``: ``torch.nn.functional.scaled_dot_product_attention`` pinned to one backend
   (``math``, ``efficient``, ``flash``, ``cudnn``), so a benchmark row names exactly what ran.
 
-All take ``[B, H, N, d]`` tensors and share one masking convention with the Triton kernels: causal masks
+All take ``[B, H, N, d]`` tensors (K and V may have fewer heads, dividing H: grouped-query attention)
+and share one masking convention with the Triton kernels: causal masks
 are aligned to the bottom-right corner (query row i sees key j iff j <= i + Nk - Nq); a row that sees
 no key gives zeros.
 """
@@ -44,6 +45,8 @@ def _materialise(q, k, v, causal, sm_scale, rows, compute_dtype):
         rows_t = torch.as_tensor(rows, device=q.device, dtype=torch.long)
         qr = q.index_select(2, rows_t)
     r = qr.shape[2]
+    if k.shape[1] != h:  # grouped-query: each K/V head serves h / h_kv query heads, in order
+        k, v = (t.repeat_interleave(h // k.shape[1], dim=1) for t in (k, v))
     qf = qr.to(compute_dtype).reshape(b * h, r, d)
     kf = k.to(compute_dtype).reshape(b * h, seqlen_k, d)
     vf = v.to(compute_dtype).reshape(b * h, seqlen_k, d)
@@ -102,5 +105,7 @@ def sdpa_attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
         kwargs["attn_mask"] = causal_lower_right(seqlen_q, seqlen_k)
     else:
         kwargs["is_causal"] = causal
+    if k.shape[1] != q.shape[1]:
+        kwargs["enable_gqa"] = True
     with sdpa_kernel([backends[backend]]):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)

@@ -406,10 +406,10 @@ BAD_INPUTS = [
         id="batch-mismatch",
     ),
     pytest.param(
-        lambda d: (_t((1, 4, 8, 16), F16, d), _t((1, 2, 8, 16), F16, d), _t((1, 2, 8, 16), F16, d)),
+        lambda d: (_t((1, 4, 8, 16), F16, d), _t((1, 3, 8, 16), F16, d), _t((1, 3, 8, 16), F16, d)),
         ValueError,
-        "grouped-query K/V heads are not supported",
-        id="heads-mismatch",
+        "must divide q's 4",
+        id="kv-heads-not-dividing",
     ),
     pytest.param(
         lambda d: (_t((1, 1, 8, 16), F16, d), _t((1, 1, 8, 32), F16, d), _t((1, 1, 8, 32), F16, d)),
