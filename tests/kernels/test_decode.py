@@ -1,0 +1,84 @@
+"""Split-KV decoding attention against float64 on decoding shapes, for every split count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels import tolerance
+from kernels.attention import decode, fa2, reference
+
+F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
+
+CASES = [
+    pytest.param((2, 4, 2, 1, 200, 64, False, F16), id="q1-nk200-gqa-f16"),
+    pytest.param((1, 2, 2, 3, 97, 59, True, F32), id="q3-nk97-d59-causal-f32"),
+    pytest.param((1, 8, 1, 16, 130, 128, True, F16), id="q16-nk130-mqa-causal-f16"),
+    pytest.param((1, 1, 1, 5, 3, 16, True, F32), id="q5-nk3-causal-rows-without-keys-f32"),
+    pytest.param((1, 2, 1, 1, 1000, 32, False, F32), id="q1-nk1000-f32"),
+    pytest.param((4, 8, 2, 1, 4099, 128, False, BF16), id="q1-nk4099-bf16", marks=pytest.mark.gpu),
+]
+
+
+def _inputs(shape, device, seed=0):
+    b, h, hk, nq, nk, d, _, dtype = shape
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    sizes = [(b, h, nq, d), (b, hk, nk, d), (b, hk, nk, d)]
+    return tuple(torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in sizes)
+
+
+def _check(name, out, q, k, v, causal):
+    ref = reference.reference_attention(q, k, v, causal)
+    same = reference.naive_attention(q, k, v, causal)
+    tolerance.assert_close(name, out, ref, same, q.dtype)
+
+
+@pytest.mark.parametrize("splits", [None, 1, 3, 64], ids=["auto", "1", "3", "more-than-blocks"])
+@pytest.mark.parametrize("shape", CASES)
+def test_matches_float64_for_any_split_count(shape, splits, device):
+    causal = shape[6]
+    q, k, v = _inputs(shape, device)
+    out, lse = decode.forward(q, k, v, causal=causal, num_splits=splits)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    _check(f"decode {shape} splits={splits}", out, q, k, v, causal)
+    _, lse_fa2 = fa2.forward(q, k, v, causal=causal)  # the merged logsumexp is the whole row's
+    finite = torch.isfinite(lse_fa2)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert torch.allclose(lse[finite], lse_fa2[finite], atol=1e-4, rtol=1e-5)
+
+
+def test_rows_that_see_no_key_are_zero(device):
+    q, k, v = _inputs((1, 1, 1, 5, 3, 16, True, F32), device)  # rows 0 and 1 see nothing
+    out, lse = decode.forward(q, k, v, causal=True)
+    assert torch.count_nonzero(out[:, :, :2]) == 0
+    assert torch.isneginf(lse[:, :, :2]).all()
+
+
+def test_split_choice_fills_the_device_and_respects_blocks():
+    cpu = torch.device("cpu")
+    assert decode.choose_splits(1, 10, cpu) == 1  # one key block: nothing to split
+    assert decode.choose_splits(1, 100_000, cpu) > 1
+    assert decode.choose_splits(1024, 100_000, cpu) == 1  # enough programs already
+    assert decode.choose_splits(1, 10**9, cpu) <= 128
+
+
+def test_custom_scale(device):
+    q, k, v = _inputs((1, 2, 2, 2, 70, 32, False, F32), device)
+    out = decode.forward(q, k, v, sm_scale=0.1, num_splits=4)[0]
+    tolerance.assert_close("decode sm_scale", out, reference.reference_attention(q, k, v, sm_scale=0.1),
+                           reference.naive_attention(q, k, v, sm_scale=0.1), F32)  # fmt: skip
+
+
+def test_bad_input_is_refused(device):
+    q, k, v = _inputs((1, 1, 1, 17, 40, 16, False, F32), device)
+    with pytest.raises(ValueError, match="1 to 16 query rows"):
+        decode.forward(q, k, v)
+    q1 = q[:, :, :1]
+    with pytest.raises(ValueError, match="num_splits must be >= 1"):
+        decode.forward(q1, k, v, num_splits=-2)
+    with pytest.raises(ValueError, match="sm_scale"):
+        decode.forward(q1, k, v, sm_scale=math.nan)
+    with pytest.raises(NotImplementedError, match="inference-only"):
+        decode.attention(q1.clone().requires_grad_(True), k, v)
