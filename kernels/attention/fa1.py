@@ -1,4 +1,4 @@
-"""FlashAttention-1 forward as published (Dao et al. 2022, Algorithm 1), in Triton.
+"""FlashAttention-1 as published (Dao et al. 2022, Algorithms 1 and 4), in Triton.
 
 What it is: the FA-1 paper's loop order, kept on purpose so that the FA-1 → FA-2 gap and the FA-1 IO
 model (``analysis.models.fa1_forward_bytes``) can be measured on real hardware. One program per
@@ -19,10 +19,11 @@ Deviations from the paper, each deliberate:
   diagonal, aligned to the bottom-right corner as in ``kernels.attention.fa2``; no dropout.
 
 Handles: any N (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (padded in the kernel), fp16 and bf16
-on a GPU, fp32 (exact IEEE dots) in the interpreter and on a GPU, any strides. Forward only for now: its
-backward (the paper's Algorithm 4) is the next step; inputs that require grad are refused.
+on a GPU, fp32 (exact IEEE dots) in the interpreter and on a GPU, any strides. Backward: the paper's
+Algorithm 4 (outer loop over K/V blocks, dQ read-modified-written in HBM at every inner step), with P
+recomputed from the saved logsumexp; autograd through ``attention``.
 
-Tested: in Triton's interpreter (tests/kernels/test_fa1_forward.py); not yet run on a GPU.
+Tested: in Triton's interpreter (tests/kernels/test_fa1.py), forward and gradients; not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import triton.language as tl
 from kernels._runtime import INTERPRET
 from kernels.attention.fa2 import _check_inputs
 
-__all__ = ["attention", "forward", "DEFAULT_BLOCKS"]
+__all__ = ["attention", "forward", "backward", "DEFAULT_BLOCKS"]
 
 DEFAULT_BLOCKS = (16, 16) if INTERPRET else (64, 64)
 
@@ -131,8 +132,91 @@ def _fa1_fwd_kernel(
             tl.store(M + stat_base + offs_r, m_new, mask=r_ok)
 
 
+@triton.jit
+def _fa1_bwd_kernel(
+    Q, K, V, DO, LSE, DELTA,
+    DQ,  # (B, H, Nq, d) fp32, zero-initialised: read, updated and written back at every step
+    DK, DV,  # (B, H, Nk, d) contiguous
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    num_heads,
+    seqlen_q,
+    seqlen_k,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """Algorithm 4: outer loop over K/V blocks (dK_j, dV_j on chip), inner loop over query blocks, dQ_i
+    read from HBM, updated and written back at every step (one program per batch·head, so no races)."""
+    off_bh = tl.program_id(0)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d[None, :] < HEAD_DIM
+    qk_scale = sm_scale * 1.4426950408889634
+    diag = seqlen_k - seqlen_q
+    stat_base = off_bh.to(tl.int64) * seqlen_q
+    dq_base = DQ + off_bh.to(tl.int64) * seqlen_q * HEAD_DIM
+    g_base = off_bh.to(tl.int64) * seqlen_k * HEAD_DIM
+    for start_c in range(0, seqlen_k, BLOCK_C):
+        offs_c = start_c + tl.arange(0, BLOCK_C)
+        kv_mask = (offs_c[:, None] < seqlen_k) & d_ok
+        k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_c[:, None] * stride_kn
+                    + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
+        v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_c[:, None] * stride_vn
+                    + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
+        dk = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
+        lo = 0
+        if IS_CAUSAL:
+            lo = (tl.maximum(start_c - diag, 0) // BLOCK_R) * BLOCK_R
+        for start_r in range(lo, seqlen_q, BLOCK_R):
+            offs_r = start_r + tl.arange(0, BLOCK_R)
+            r_ok = offs_r < seqlen_q
+            q_mask = r_ok[:, None] & d_ok
+            q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_r[:, None] * stride_qm
+                        + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)  # fmt: skip
+            do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_r[:, None] * stride_dom
+                         + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
+            lse = tl.load(LSE + stat_base + offs_r, mask=r_ok, other=0.0) * 1.4426950408889634
+            delta = tl.load(DELTA + stat_base + offs_r, mask=r_ok, other=0.0)
+            if IS_FP32:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            keep = r_ok[:, None] & (offs_c[None, :] < seqlen_k)
+            if IS_CAUSAL:
+                keep = keep & (offs_c[None, :] <= offs_r[:, None] + diag)
+            p = tl.where(keep, tl.math.exp2(s * qk_scale - lse[:, None]), 0.0)
+            if IS_FP32:
+                dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+                dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+            else:
+                dv += tl.dot(tl.trans(p.to(do.dtype)), do)
+                dp = tl.dot(do, tl.trans(v))
+            ds = p * (dp - delta[:, None]) * sm_scale
+            dq_ptrs = dq_base + offs_r[:, None] * HEAD_DIM + offs_d[None, :]
+            dq = tl.load(dq_ptrs, mask=q_mask, other=0.0)
+            if IS_FP32:
+                dq += tl.dot(ds, k, input_precision="ieee")
+                dk += tl.dot(tl.trans(ds), q, input_precision="ieee")
+            else:
+                dq += tl.dot(ds.to(k.dtype), k)
+                dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
+            tl.store(dq_ptrs, dq, mask=q_mask)
+        g_ptrs = g_base + offs_c[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(DK + g_ptrs, dk.to(DK.dtype.element_ty), mask=kv_mask)
+        tl.store(DV + g_ptrs, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
 # ---------------------------------------------------------------------------------------------------
-# Launcher
+# Launchers
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -179,21 +263,59 @@ def forward(
     return out, lse
 
 
+def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None = None, *, blocks=None):
+    """Algorithm 4's gradients (dq, dk, dv); P recomputed from the saved logsumexp (the paper keeps ℓ and
+    m, the same information). dQ is accumulated in fp32 in HBM, read and written at every step."""
+    _check_inputs(q, k, v)
+    b, h, seqlen_q, d = q.shape
+    seqlen_k = k.shape[2]
+    if do.shape != q.shape:
+        raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q.shape)}")
+    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    block_r, block_c = blocks or DEFAULT_BLOCKS
+    dq = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=torch.float32)
+    dk = torch.zeros((b, h, seqlen_k, d), device=q.device, dtype=q.dtype)
+    dv = torch.zeros((b, h, seqlen_k, d), device=q.device, dtype=q.dtype)
+    if q.numel() and k.numel():
+        do = do.to(q.dtype)
+        delta = (do.float() * out.float()).sum(-1).contiguous()
+        switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
+        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+            _fa1_bwd_kernel[(b * h,)](
+                q, k, v, do, lse.contiguous(), delta, dq, dk, dv,
+                *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+                h, seqlen_q, seqlen_k, float(sm_scale),
+                HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(causal),
+                IS_FP32=q.dtype == torch.float32, BLOCK_R=block_r, BLOCK_C=block_c,
+            )  # fmt: skip
+    return dq.to(q.dtype), dk, dv
+
+
+class _FlashAttention1(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        out, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        return (*backward(grad_out, q, k, v, out, lse, ctx.causal, ctx.sm_scale), None, None)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Public function
 # ---------------------------------------------------------------------------------------------------
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
-    """FlashAttention-1 forward (Algorithm 1): ``softmax(q kᵀ · sm_scale [+ causal mask]) v``.
+    """FlashAttention-1 (Algorithm 1 forward, Algorithm 4 backward): ``softmax(q kᵀ · sm_scale [+ mask]) v``.
 
-    Shapes and dtypes as ``kernels.attention.fa2.attention``. Forward only: raises
-    ``NotImplementedError`` when gradients are requested.
+    Shapes and dtypes as ``kernels.attention.fa2.attention`` (same number of K/V and query heads).
     """
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(
-            "kernels.attention.fa1 has no backward pass yet (Algorithm 4 is the next step); use "
-            "torch.no_grad() or kernels.attention.fa2, which is differentiable"
-        )
+        return _FlashAttention1.apply(q, k, v, causal, sm_scale)
     out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale)
     return out

@@ -1,4 +1,4 @@
-"""FlashAttention-1 forward (Algorithm 1) against float64, under the tolerance policy, on odd shapes."""
+"""FlashAttention-1 as published (Algorithms 1 and 4) against float64, under the tolerance policy, on odd shapes."""
 
 from __future__ import annotations
 
@@ -72,10 +72,22 @@ def test_bad_blocks_are_refused(blocks, device):
         fa1.forward(q, k, v, blocks=blocks)
 
 
-def test_requires_grad_is_refused(device):
-    q, k, v = _inputs((1, 1, 17, 17, 16, False, F32), device)
-    with pytest.raises(NotImplementedError, match="no backward pass yet"):
-        fa1.attention(q.requires_grad_(True), k, v)
+@pytest.mark.parametrize("shape", CASES)
+def test_gradients_match_float64(shape, device):
+    causal, dtype = shape[5], shape[6]
+    q, k, v = _inputs(shape, device)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
+
+    def grads(fn, cast=None):
+        leaves = [x.detach().to(cast or x.dtype).requires_grad_(True) for x in (q, k, v)]
+        fn(*leaves).backward(do.to(cast or dtype))
+        return [x.grad for x in leaves]
+
+    ours = grads(lambda *t: fa1.attention(*t, causal=causal))
+    ref = grads(lambda *t: reference.reference_attention(*t, causal=causal), torch.float64)
+    same = grads(lambda *t: reference.naive_attention(*t, causal=causal))
+    for name, g, r, s in zip(("dq", "dk", "dv"), ours, ref, same, strict=True):
+        tolerance.assert_close(f"fa1 {name} {shape}", g, r, s, dtype)
 
 
 def test_bad_input_is_refused_like_fa2(device):
