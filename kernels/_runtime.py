@@ -6,6 +6,7 @@ Triton decides at import time whether ``@triton.jit`` functions run compiled or 
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -33,3 +34,11 @@ def check_device(*tensors: torch.Tensor, names: tuple[str, ...]) -> None:
         )
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"unsupported device {device}; Triton kernels here run on CUDA GPUs")
+
+
+def softmax_scale(head_dim: int, sm_scale: float | None) -> float:
+    """The score scale: 1/sqrt(d) by default; anything else must be a positive finite number."""
+    scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    return scale

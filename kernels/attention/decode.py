@@ -18,13 +18,12 @@ Tested: in Triton's interpreter (tests/kernels/test_decode.py); not yet run or t
 from __future__ import annotations
 
 import contextlib
-import math
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET
+from kernels._runtime import INTERPRET, softmax_scale
 from kernels.attention.fa2 import _attn_fwd_inner, _check_inputs
 
 __all__ = ["attention", "forward", "choose_splits", "MAX_QUERY_LEN"]
@@ -160,9 +159,7 @@ def forward(
     seqlen_k = k.shape[2]
     if seqlen_q > MAX_QUERY_LEN:
         raise ValueError(f"decoding attention takes 1 to {MAX_QUERY_LEN} query rows, got {seqlen_q}; use fa2")
-    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
-    if not math.isfinite(sm_scale) or sm_scale <= 0:
-        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    sm_scale = softmax_scale(d, sm_scale)
     out = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)
     lse = torch.full((b, h, seqlen_q), float("-inf"), device=q.device, dtype=torch.float32)
     if out.numel() == 0 or seqlen_k == 0:

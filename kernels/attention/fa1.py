@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET
+from kernels._runtime import INTERPRET, softmax_scale
 from kernels.attention.fa2 import _check_inputs
 
 __all__ = ["attention", "forward", "backward", "DEFAULT_BLOCKS"]
@@ -238,9 +238,7 @@ def forward(
         raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
-    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
-    if not math.isfinite(sm_scale) or sm_scale <= 0:
-        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    sm_scale = softmax_scale(d, sm_scale)
     block_r, block_c = blocks or DEFAULT_BLOCKS
     for name, blk in (("Br", block_r), ("Bc", block_c)):
         if blk < 16 or blk & (blk - 1):
@@ -271,7 +269,7 @@ def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None
     seqlen_k = k.shape[2]
     if do.shape != q.shape:
         raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q.shape)}")
-    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    sm_scale = softmax_scale(d, sm_scale)
     block_r, block_c = blocks or DEFAULT_BLOCKS
     dq = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=torch.float32)
     dk = torch.zeros((b, h, seqlen_k, d), device=q.device, dtype=q.dtype)

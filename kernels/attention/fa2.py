@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device
+from kernels._runtime import INTERPRET, check_device, softmax_scale
 
 __all__ = ["FA2Config", "attention", "forward", "backward", "default_configs", "last_config", "MAX_HEAD_DIM"]
 
@@ -618,10 +617,7 @@ def forward(
     _check_inputs(q, k, v)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(d)
-    if not math.isfinite(sm_scale) or sm_scale <= 0:
-        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    sm_scale = softmax_scale(d, sm_scale)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((b, h, seqlen_q), device=q.device, dtype=torch.float32)
     if out.numel() == 0:
@@ -688,7 +684,7 @@ def backward(
     seqlen_k = k.shape[2]
     if do.shape != q.shape:
         raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q.shape)}")
-    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    sm_scale = softmax_scale(d, sm_scale)
     dq = torch.zeros(q.shape, device=q.device, dtype=q.dtype)
     dk = torch.zeros(k.shape, device=k.device, dtype=k.dtype)
     dv = torch.zeros(v.shape, device=v.device, dtype=v.dtype)
