@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from attention_checks import assert_matches_reference, random_tensors
 
-from kernels import tolerance
-from kernels.attention import decode, fa2, reference
+from kernels.attention import decode, fa2
 
 F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
 
@@ -24,15 +24,7 @@ CASES = [
 
 def _inputs(shape, device, seed=0):
     b, h, hk, nq, nk, d, _, dtype = shape
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    sizes = [(b, h, nq, d), (b, hk, nk, d), (b, hk, nk, d)]
-    return tuple(torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in sizes)
-
-
-def _check(name, out, q, k, v, causal):
-    ref = reference.reference_attention(q, k, v, causal)
-    same = reference.naive_attention(q, k, v, causal)
-    tolerance.assert_close(name, out, ref, same, q.dtype)
+    return random_tensors([(b, h, nq, d), (b, hk, nk, d), (b, hk, nk, d)], dtype, device, seed)
 
 
 @pytest.mark.parametrize("splits", [None, 1, 3, 64], ids=["auto", "1", "3", "more-than-blocks"])
@@ -42,7 +34,7 @@ def test_matches_float64_for_any_split_count(shape, splits, device):
     q, k, v = _inputs(shape, device)
     out, lse = decode.forward(q, k, v, causal=causal, num_splits=splits)
     assert out.shape == q.shape and out.dtype == q.dtype
-    _check(f"decode {shape} splits={splits}", out, q, k, v, causal)
+    assert_matches_reference(f"decode {shape} splits={splits}", out, q, k, v, causal)
     _, lse_fa2 = fa2.forward(q, k, v, causal=causal)  # the merged logsumexp is the whole row's
     finite = torch.isfinite(lse_fa2)
     assert torch.equal(torch.isfinite(lse), finite)
@@ -67,8 +59,7 @@ def test_split_choice_fills_the_device_and_respects_blocks():
 def test_custom_scale(device):
     q, k, v = _inputs((1, 2, 2, 2, 70, 32, False, F32), device)
     out = decode.forward(q, k, v, sm_scale=0.1, num_splits=4)[0]
-    tolerance.assert_close("decode sm_scale", out, reference.reference_attention(q, k, v, sm_scale=0.1),
-                           reference.naive_attention(q, k, v, sm_scale=0.1), F32)  # fmt: skip
+    assert_matches_reference("decode sm_scale", out, q, k, v, sm_scale=0.1)
 
 
 def test_bad_input_is_refused(device):

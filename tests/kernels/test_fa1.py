@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
+from attention_checks import assert_gradients_match, assert_matches_reference, random_tensors
 
-from kernels import tolerance
 from kernels.attention import fa1, reference
 
 F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
@@ -26,23 +26,16 @@ CASES = [
 
 def _inputs(shape, device, seed=0):
     b, h, nq, nk, d, _, dtype = shape
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return tuple(torch.randn((b, h, n, d), generator=gen).to(device=device, dtype=dtype) for n in (nq, nk, nk))
-
-
-def _check(name, out, q, k, v, causal, sm_scale=None):
-    ref = reference.reference_attention(q, k, v, causal, sm_scale)
-    same = reference.naive_attention(q, k, v, causal, sm_scale)
-    tolerance.assert_close(name, out, ref, same, q.dtype)
+    return random_tensors([(b, h, n, d) for n in (nq, nk, nk, nq)], dtype, device, seed)  # q, k, v, do
 
 
 @pytest.mark.parametrize("shape", CASES)
 def test_forward_matches_float64(shape, device):
     causal = shape[5]
-    q, k, v = _inputs(shape, device)
+    q, k, v, _ = _inputs(shape, device)
     out, lse = fa1.forward(q, k, v, causal=causal)
     assert out.shape == q.shape and out.dtype == q.dtype
-    _check(f"fa1 out {shape}", out, q, k, v, causal)
+    assert_matches_reference(f"fa1 out {shape}", out, q, k, v, causal)
     nq, nk, d = q.shape[2], k.shape[2], q.shape[3]
     scores = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(d)
     if causal:
@@ -55,42 +48,31 @@ def test_forward_matches_float64(shape, device):
 
 @pytest.mark.parametrize("blocks", [(16, 16), (16, 32), (32, 16)], ids=lambda b: f"Br{b[0]}-Bc{b[1]}")
 def test_block_sizes_change_nothing_but_rounding(blocks, device):
-    q, k, v = _inputs((1, 2, 70, 45, 32, True, F32), device)
+    q, k, v, _ = _inputs((1, 2, 70, 45, 32, True, F32), device)
     out, _ = fa1.forward(q, k, v, causal=True, blocks=blocks)
-    _check(f"fa1 blocks {blocks}", out, q, k, v, True)
+    assert_matches_reference(f"fa1 blocks {blocks}", out, q, k, v, True)
 
 
 def test_custom_scale(device):
-    q, k, v = _inputs((1, 1, 33, 33, 32, False, F32), device)
-    _check("fa1 sm_scale", fa1.forward(q, k, v, sm_scale=0.2)[0], q, k, v, False, 0.2)
+    q, k, v, _ = _inputs((1, 1, 33, 33, 32, False, F32), device)
+    assert_matches_reference("fa1 sm_scale", fa1.forward(q, k, v, sm_scale=0.2)[0], q, k, v, False, 0.2)
 
 
 @pytest.mark.parametrize("blocks", [(8, 16), (16, 24), (0, 16)], ids=["br8", "bc24", "br0"])
 def test_bad_blocks_are_refused(blocks, device):
-    q, k, v = _inputs((1, 1, 17, 17, 16, False, F32), device)
+    q, k, v, _ = _inputs((1, 1, 17, 17, 16, False, F32), device)
     with pytest.raises(ValueError, match="power of two >= 16"):
         fa1.forward(q, k, v, blocks=blocks)
 
 
 @pytest.mark.parametrize("shape", CASES)
 def test_gradients_match_float64(shape, device):
-    causal, dtype = shape[5], shape[6]
-    q, k, v = _inputs(shape, device)
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
-
-    def grads(fn, cast=None):
-        leaves = [x.detach().to(cast or x.dtype).requires_grad_(True) for x in (q, k, v)]
-        fn(*leaves).backward(do.to(cast or dtype))
-        return [x.grad for x in leaves]
-
-    ours = grads(lambda *t: fa1.attention(*t, causal=causal))
-    ref = grads(lambda *t: reference.reference_attention(*t, causal=causal), torch.float64)
-    same = grads(lambda *t: reference.naive_attention(*t, causal=causal))
-    for name, g, r, s in zip(("dq", "dk", "dv"), ours, ref, same, strict=True):
-        tolerance.assert_close(f"fa1 {name} {shape}", g, r, s, dtype)
+    causal = shape[5]
+    q, k, v, do = _inputs(shape, device)
+    assert_gradients_match(f"fa1 {shape}", lambda *t: fa1.attention(*t, causal=causal), q, k, v, do, causal)
 
 
 def test_bad_input_is_refused_like_fa2(device):
-    q, k, v = _inputs((1, 1, 17, 17, 16, False, F32), device)
+    q, k, v, _ = _inputs((1, 1, 17, 17, 16, False, F32), device)
     with pytest.raises(TypeError, match="share a dtype"):
         fa1.forward(q, k.half(), v)

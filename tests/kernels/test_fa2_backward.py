@@ -12,9 +12,9 @@ import dataclasses
 
 import pytest
 import torch
+from attention_checks import assert_gradients_match, output_and_grads, random_tensors
 
-from kernels import tolerance
-from kernels.attention import fa2, reference
+from kernels.attention import fa2
 
 F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
 
@@ -50,28 +50,18 @@ CASES = [
 
 
 def _inputs(case: Case, device: str, seed: int = 0):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
     shapes = [(case.batch, case.heads, n, case.head_dim) for n in (case.seqlen_q, case.seqlen_k, case.seqlen_k)]
-    q, k, v = (torch.randn(s, generator=gen).to(device=device, dtype=case.dtype) for s in shapes)
-    do = torch.randn(shapes[0], generator=gen).to(device=device, dtype=case.dtype)
-    return q, k, v, do
+    return random_tensors([*shapes, shapes[0]], case.dtype, device, seed)  # q, k, v, do
 
 
-def _grads(fn, q, k, v, do, dtype=None):
-    leaves = [x.detach().to(dtype or x.dtype).requires_grad_(True) for x in (q, k, v)]
-    fn(*leaves).backward(do.to(dtype or do.dtype))
-    return [x.grad for x in leaves]
+def _grads(fn, q, k, v, do):
+    return output_and_grads(fn, q, k, v, do)[1:]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_gradients_match_float64(case: Case, device):
     q, k, v, do = _inputs(case, device)
-    ours = _grads(lambda *t: fa2.attention(*t, causal=case.causal), q, k, v, do)
-    ref = _grads(lambda *t: reference.reference_attention(*t, causal=case.causal), q, k, v, do, torch.float64)
-    same = _grads(lambda *t: reference.naive_attention(*t, causal=case.causal), q, k, v, do)
-    for name, g, r, s in zip(("dq", "dk", "dv"), ours, ref, same, strict=True):
-        assert g.shape == r.shape and g.dtype == case.dtype
-        tolerance.assert_close(f"{name} {case}", g, r, s, case.dtype)
+    assert_gradients_match(str(case), lambda *t: fa2.attention(*t, causal=case.causal), q, k, v, do, case.causal)
 
 
 def test_rows_that_see_no_key_get_zero_gradient(device):
@@ -97,11 +87,8 @@ def test_custom_scale_and_strided_inputs(device):
     # [B, N, H, d] memory viewed as [B, H, N, d]: the kernels take any strides
     q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
     assert not q.is_contiguous()
-    ours = _grads(lambda *t: fa2.attention(*t, sm_scale=0.3), q, k, v, do)
-    ref = _grads(lambda *t: reference.reference_attention(*t, sm_scale=0.3), q, k, v, do, torch.float64)
-    same = _grads(lambda *t: reference.naive_attention(*t, sm_scale=0.3), q, k, v, do)
-    for name, g, r, s in zip(("dq", "dk", "dv"), ours, ref, same, strict=True):
-        tolerance.assert_close(name, g, r, s, F32)
+    assert_gradients_match("strided, sm_scale=0.3", lambda *t: fa2.attention(*t, sm_scale=0.3), q, k, v, do,
+                           sm_scale=0.3)  # fmt: skip
 
 
 def test_backward_refuses_a_mis_shaped_grad(device):

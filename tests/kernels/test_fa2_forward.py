@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from attention_checks import assert_matches_reference
 
 from kernels import tolerance
 from kernels.attention import fa2, reference
@@ -82,10 +83,6 @@ def _inputs(case: Case, device: str, seed: int = 0):
     return tuple(torch.randn(s, generator=gen).to(device=device, dtype=case.dtype) for s in shapes)
 
 
-def _assert_matches_reference(name, out, q, k, v, causal, sm_scale=None):
-    ref = reference.reference_attention(q, k, v, causal, sm_scale)
-    same_precision = reference.naive_attention(q, k, v, causal, sm_scale)
-    tolerance.assert_close(name, out, ref, same_precision, q.dtype)
 
 
 def _lse_reference(q, k, causal, sm_scale=None):
@@ -126,7 +123,7 @@ def test_forward_matches_float64_reference(case: Case, device):
     assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
     assert out.is_contiguous()
     assert torch.isfinite(out).all()
-    _assert_matches_reference(f"fa2 out {case}", out, q, k, v, case.causal)
+    assert_matches_reference(f"fa2 out {case}", out, q, k, v, case.causal)
     _assert_lse(lse, q, k, case.causal)
 
     blind = _blind_rows(case.causal, case.seqlen_q, case.seqlen_k)
@@ -181,7 +178,7 @@ def test_non_contiguous_inputs(kind, dtype, causal, device):
     q, k, v = _strided_views(kind, 2, 2, 97, 33, 59, dtype, device)
     assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
     out, lse = fa2.forward(q, k, v, causal=causal)
-    _assert_matches_reference(f"fa2 out ({kind})", out, q, k, v, causal)
+    assert_matches_reference(f"fa2 out ({kind})", out, q, k, v, causal)
     # same arithmetic whatever the strides: bitwise equal to the run on contiguous copies
     out_c, lse_c = fa2.forward(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal)
     assert torch.equal(out, out_c)
@@ -216,7 +213,7 @@ def test_pinned_config(case: Case, config: FA2Config, device, monkeypatch):
     q, k, v = _inputs(case, device, seed=3)
     out, lse = fa2.forward(q, k, v, causal=case.causal, config=config)
     assert fa2.last_config() == config
-    _assert_matches_reference(f"fa2 out with {config}", out, q, k, v, case.causal)
+    assert_matches_reference(f"fa2 out with {config}", out, q, k, v, case.causal)
     _assert_lse(lse, q, k, case.causal)
     blind = _blind_rows(case.causal, case.seqlen_q, case.seqlen_k)
     assert torch.count_nonzero(out[:, :, :blind]) == 0
@@ -277,7 +274,7 @@ def test_env_var_pins_config(device, monkeypatch):
     q, k, v = _inputs(case, device, seed=4)
     out, _ = fa2.forward(q, k, v, causal=True)
     assert fa2.last_config() == pinned
-    _assert_matches_reference("fa2 out (env-pinned)", out, q, k, v, True)
+    assert_matches_reference("fa2 out (env-pinned)", out, q, k, v, True)
 
     explicit = FA2Config(32, 16, 4, 1)  # an explicit config wins over the environment
     fa2.forward(q, k, v, causal=True, config=explicit)
@@ -307,7 +304,7 @@ def test_env_var_garbage_is_refused(device, monkeypatch):
 def test_custom_sm_scale(sm_scale, case: Case, device):
     q, k, v = _inputs(case, device, seed=5)
     out, lse = fa2.forward(q, k, v, causal=case.causal, sm_scale=sm_scale)
-    _assert_matches_reference(f"fa2 out sm_scale={sm_scale}", out, q, k, v, case.causal, sm_scale)
+    assert_matches_reference(f"fa2 out sm_scale={sm_scale}", out, q, k, v, case.causal, sm_scale)
     _assert_lse(lse, q, k, case.causal, sm_scale)
     # the scale is really used: the default-scale output is a different attention
     default, _ = fa2.forward(q, k, v, causal=case.causal)
@@ -467,7 +464,7 @@ def test_no_grad_path_matches_the_graph_path(which, device):
     graph = fa2.attention(*tensors)
     assert graph.requires_grad and not plain.requires_grad
     assert torch.equal(plain, graph.detach())
-    _assert_matches_reference("fa2 out under no_grad", plain, q, k, v, False)
+    assert_matches_reference("fa2 out under no_grad", plain, q, k, v, False)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -506,7 +503,7 @@ def test_every_output_written(case: Case, device, monkeypatch):
     assert not torch.isnan(out).any(), "output elements left unwritten (still NaN)"
     assert not torch.isnan(lse).any(), "logsumexp entries left unwritten (still NaN)"
     assert torch.isfinite(out).all()
-    _assert_matches_reference("fa2 out (poisoned buffers)", out, q, k, v, case.causal)
+    assert_matches_reference("fa2 out (poisoned buffers)", out, q, k, v, case.causal)
 
 
 @pytest.mark.parametrize(
@@ -579,7 +576,7 @@ def test_sdpa_math_lower_right_causal(nq, nk):
     except RuntimeError as exc:  # pragma: no cover - depends on the PyTorch build
         pytest.skip(f"SDPA math backend cannot run a lower-right causal bias on CPU here: {exc}")
     assert not torch.isnan(out).any()
-    _assert_matches_reference(f"sdpa-math Nq={nq} Nk={nk}", out, q, k, v, True)
+    assert_matches_reference(f"sdpa-math Nq={nq} Nk={nk}", out, q, k, v, True)
 
 
 def test_sdpa_unknown_backend():
@@ -661,4 +658,4 @@ def test_autotuned_path_on_gpu(causal, monkeypatch):
     second, _ = fa2.forward(q, k, v, causal=causal)  # direct launch of the chosen config
     assert fa2.last_config() == chosen
     assert torch.equal(first, second)
-    _assert_matches_reference("fa2 out (autotuned)", second, q, k, v, causal)
+    assert_matches_reference("fa2 out (autotuned)", second, q, k, v, causal)

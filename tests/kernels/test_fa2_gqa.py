@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_checks import assert_gradients_match, output_and_grads, random_tensors
 
-from kernels import tolerance
-from kernels.attention import fa1, fa2, reference
+from kernels.attention import fa1, fa2
 
 F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
 
@@ -25,36 +25,22 @@ CASES = [
 
 def _inputs(shape, device, seed=0):
     b, h, hk, nq, nk, d, _, dtype = shape
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    sizes = [(b, h, nq, d), (b, hk, nk, d), (b, hk, nk, d), (b, h, nq, d)]
-    return tuple(torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in sizes)
-
-
-def _grads(fn, q, k, v, do, dtype=None):
-    leaves = [x.detach().to(dtype or x.dtype).requires_grad_(True) for x in (q, k, v)]
-    out = fn(*leaves)
-    out.backward(do.to(dtype or do.dtype))
-    return [out.detach(), *(x.grad for x in leaves)]
+    return random_tensors([(b, h, nq, d), (b, hk, nk, d), (b, hk, nk, d), (b, h, nq, d)], dtype, device, seed)
 
 
 @pytest.mark.parametrize("shape", CASES)
 def test_grouped_query_forward_and_gradients(shape, device):
-    causal, dtype = shape[6], shape[7]
+    causal = shape[6]
     q, k, v, do = _inputs(shape, device)
-    ours = _grads(lambda *t: fa2.attention(*t, causal=causal), q, k, v, do)
-    ref = _grads(lambda *t: reference.reference_attention(*t, causal=causal), q, k, v, do, torch.float64)
-    same = _grads(lambda *t: reference.naive_attention(*t, causal=causal), q, k, v, do)
-    for name, g, r, s in zip(("out", "dq", "dk", "dv"), ours, ref, same, strict=True):
-        assert g.shape == r.shape
-        tolerance.assert_close(f"{name} {shape}", g, r, s, dtype)
+    assert_gradients_match(str(shape), lambda *t: fa2.attention(*t, causal=causal), q, k, v, do, causal)
 
 
 def test_grouped_query_equals_explicitly_repeated_heads(device):
     """Sharing a K/V head is the same as repeating it: outputs agree to rounding, dK/dV sum the group."""
     q, k, v, do = _inputs((1, 4, 2, 33, 33, 16, True, F32), device)
-    shared = _grads(lambda *t: fa2.attention(*t, causal=True), q, k, v, do)
+    shared = output_and_grads(lambda *t: fa2.attention(*t, causal=True), q, k, v, do)
     rep = [x.repeat_interleave(2, dim=1) for x in (k, v)]
-    repeated = _grads(lambda *t: fa2.attention(*t, causal=True), q, *rep, do)
+    repeated = output_and_grads(lambda *t: fa2.attention(*t, causal=True), q, *rep, do)
     assert torch.allclose(shared[0], repeated[0], atol=1e-6)
     for g_shared, g_rep in zip(shared[2:], repeated[2:], strict=True):
         summed = g_rep.reshape(g_rep.shape[0], 2, 2, *g_rep.shape[2:]).sum(dim=2)
