@@ -671,6 +671,9 @@ def backward(
     lse: torch.Tensor,
     causal: bool = False,
     sm_scale: float | None = None,
+    *,
+    dkdv_config: FA2Config | None = None,
+    dq_config: FA2Config | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of ``attention`` from the forward's output and logsumexp.
 
@@ -694,24 +697,25 @@ def backward(
     # Δ_i = Σ_j dO_ij · O_ij (= Σ_j P_ij dP_ij): one O(N·d) pass, done in fp32
     delta = (do.float() * out.float()).sum(-1).contiguous()
     lse = lse.contiguous()
-    cfg = BWD_CONFIG_INTERPRET if INTERPRET else BWD_CONFIG
+    default = BWD_CONFIG_INTERPRET if INTERPRET else BWD_CONFIG
+    c1, c2 = dkdv_config or default, dq_config or default
     block_d = max(16, triton.next_power_of_2(d))
     common = (
         *q.stride(), *k.stride(), *v.stride(), *do.stride(),
     )  # fmt: skip
-    constants = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
-                     BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-                     num_stages=cfg.num_stages)  # fmt: skip
+    constants = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32)
     switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
     with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
         hk = k.shape[1]
-        _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), b * hk)](
+        _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, c1.block_n), b * hk)](
             q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(),
             h, hk, h // hk, seqlen_q, seqlen_k, float(sm_scale), **constants,
+            BLOCK_M=c1.block_m, BLOCK_N=c1.block_n, num_warps=c1.num_warps, num_stages=c1.num_stages,
         )  # fmt: skip
-        _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, cfg.block_m), b * h)](
+        _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, c2.block_m), b * h)](
             q, k, v, do, lse, delta, dq, *common, *dq.stride(),
             h, h // hk, seqlen_q, seqlen_k, float(sm_scale), **constants,
+            BLOCK_M=c2.block_m, BLOCK_N=c2.block_n, num_warps=c2.num_warps, num_stages=c2.num_stages,
         )  # fmt: skip
     return dq, dk, dv
 
