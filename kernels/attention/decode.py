@@ -18,6 +18,7 @@ Tested: in Triton's interpreter (tests/kernels/test_decode.py); not yet run or t
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import triton
@@ -31,6 +32,9 @@ __all__ = ["attention", "forward", "choose_splits", "MAX_QUERY_LEN"]
 MAX_QUERY_LEN = 16
 BLOCK_M = 16  # query rows per program: the whole (short) query
 BLOCK_N = 16 if INTERPRET else 64  # keys per inner step
+NUM_WARPS = 4
+NUM_STAGES = 1 if INTERPRET else 3
+PROGRAMS_PER_SM = 4  # split count target: (split, batch·head) programs per multiprocessor
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -133,15 +137,19 @@ def _decode_merge_kernel(
 # ---------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: a few splits still exercise the merge
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def choose_splits(batch_heads: int, seqlen_k: int, device: torch.device) -> int:
-    """Enough (split, batch·head) programs to give every multiprocessor about two, each split at least
-    one key block, at most 128 splits."""
+    """Enough (split, batch·head) programs to give every multiprocessor ``PROGRAMS_PER_SM`` of them, each
+    split at least one key block, at most 128 splits."""
     blocks = max(1, triton.cdiv(seqlen_k, BLOCK_N))
-    if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-    else:
-        sms = 4  # the interpreter: a few splits still exercise the merge
-    return max(1, min(blocks, 128, triton.cdiv(2 * sms, max(batch_heads, 1))))
+    target = PROGRAMS_PER_SM * _multiprocessors(device)
+    return max(1, min(blocks, 128, triton.cdiv(target, max(batch_heads, 1))))
 
 
 def forward(
@@ -160,10 +168,10 @@ def forward(
     if seqlen_q > MAX_QUERY_LEN:
         raise ValueError(f"decoding attention takes 1 to {MAX_QUERY_LEN} query rows, got {seqlen_q}; use fa2")
     sm_scale = softmax_scale(d, sm_scale)
-    out = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)
-    lse = torch.full((b, h, seqlen_q), float("-inf"), device=q.device, dtype=torch.float32)
-    if out.numel() == 0 or seqlen_k == 0:
-        return out, lse
+    out = torch.empty((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)  # the merge writes every row
+    lse = torch.empty((b, h, seqlen_q), device=q.device, dtype=torch.float32)
+    if out.numel() == 0 or seqlen_k == 0:  # no keys: every row sees nothing
+        return out.zero_(), lse.fill_(float("-inf"))
     splits = num_splits or choose_splits(b * h, seqlen_k, q.device)
     if splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {splits}")
@@ -179,7 +187,7 @@ def forward(
             *q.stride(), *k.stride(), *v.stride(),
             h, h // k.shape[1], seqlen_q, seqlen_k, chunk, float(sm_scale),
             HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
-            EVEN_D=d == block_d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=4, num_stages=1 if INTERPRET else 3,
+            EVEN_D=d == block_d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
         )  # fmt: skip
         _decode_merge_kernel[(b * h * seqlen_q,)](
             part_o, part_lse, out, lse, splits, b * h * seqlen_q,
