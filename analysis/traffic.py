@@ -184,7 +184,7 @@ class Spec:
     dtype: str = "float16"
     causal: bool = False
     fa2_config: str | None = None  # None: our kernel's autotuner chooses per shape, as in the benchmarks
-    block_sweep: dict = dataclasses.field(default_factory=dict)  # seqlen, head_dims, configs
+    block_sweep: dict = dataclasses.field(default_factory=dict)  # seqlen, head_dims, configs, batch (optional)
     timeout_s: float = DEFAULT_TIMEOUT_S
     ncu_args: list[str] = dataclasses.field(default_factory=list)  # extra ncu options, before the program
     require: bool = False  # raise instead of writing "unsupported" rows when ncu or the GPU is missing
@@ -198,7 +198,7 @@ class Spec:
             raise ValueError(f"unknown implementations {sorted(unknown)}; known: {IMPLS}")
         if self.dtype not in DTYPES or self.dtype not in ELEM_BYTES:
             raise ValueError(f"unknown dtype {self.dtype!r}; known: {sorted(ELEM_BYTES)}")
-        extra = set(self.block_sweep) - {"seqlen", "head_dims", "configs"}
+        extra = set(self.block_sweep) - {"seqlen", "head_dims", "configs", "batch"}
         if extra:
             raise ValueError(f"block_sweep has unknown keys {sorted(extra)}")
         for text in [self.fa2_config, *self.block_sweep.get("configs", [])]:
@@ -216,10 +216,12 @@ class Spec:
                                     **base))  # fmt: skip
         sweep = self.block_sweep
         if sweep.get("configs") and sweep.get("seqlen"):
+            # its own batch: outputs much larger than L2, so that writes left in L2 at the end are a small part
+            swept = dict(base, batch=int(sweep.get("batch") or self.batch))
             for d in sweep.get("head_dims") or self.head_dims:
                 for config in sweep["configs"]:
                     pts.append(dict(experiment="traffic-blocks", impl="ours-fa2", seqlen=sweep["seqlen"], head_dim=d,
-                                    config=config, **base))  # fmt: skip
+                                    config=config, **swept))  # fmt: skip
         return pts
 
 

@@ -266,6 +266,10 @@ def test_spec_plans_the_grid_then_the_block_sweep():
         OURS_CFG
     }
     assert all(p["experiment"] == "traffic-scaling" for p in _spec(block_sweep={}).points())
+    assert {p["batch"] for p in sweep} == {1}  # the grid's batch unless the sweep names its own
+    bigger = _spec(block_sweep={"seqlen": 8192, "batch": 4, "configs": SWEEP}).points()
+    assert {p["batch"] for p in bigger if p["experiment"] == "traffic-blocks"} == {4}
+    assert {p["batch"] for p in bigger if p["experiment"] == "traffic-scaling"} == {1}
 
 
 def test_spec_refuses_what_the_profiled_program_would_fail_on():
@@ -275,6 +279,8 @@ def test_spec_refuses_what_the_profiled_program_would_fail_on():
         _spec(block_sweep={"seqlen": 4096, "configs": ["BLOCK_M=64;BLOCK_N=32"]})
     with pytest.raises(ValueError, match="does not set"):
         _spec(fa2_config="BLOCK_M=64,BLOCK_N=64")
+    with pytest.raises(ValueError, match="unknown keys"):
+        _spec(block_sweep={"seqlen": 4096, "configs": SWEEP, "batches": 4})
 
 
 # ---- run: unsupported, errors, a fake ncu ------------------------------------------------------------
