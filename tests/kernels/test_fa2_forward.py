@@ -83,8 +83,6 @@ def _inputs(case: Case, device: str, seed: int = 0):
     return tuple(torch.randn(s, generator=gen).to(device=device, dtype=case.dtype) for s in shapes)
 
 
-
-
 def _lse_reference(q, k, causal, sm_scale=None):
     nq, d, nk = q.shape[2], q.shape[3], k.shape[2]
     scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
