@@ -34,6 +34,7 @@ __all__ = [
     "fa1_forward_bytes",
     "fa2_forward_bytes",
     "minimum_attention_bytes",
+    "attention_io_bytes",
     "arithmetic_intensity",
     "ridge_point",
     "score_matrix_bytes",
@@ -112,6 +113,15 @@ def standard_attention_total_bytes(n: int, d: int, batch: int = 1, heads: int = 
 def minimum_attention_bytes(n: int, d: int, batch: int = 1, heads: int = 1, elem_bytes: int = 2) -> float:
     """Compulsory traffic of attention's forward: read Q, K, V and write O once (4Nd elements)."""
     return float(batch * heads) * elem_bytes * 4 * n * d
+
+
+def attention_io_bytes(
+    batch: int, heads: int, heads_kv: int, seqlen_q: int, seqlen_k: int, d: int, elem_bytes: int = 2
+) -> float:
+    """Compulsory bytes of one attention call of any shape: Q and K, V read once, O written once.
+    Grouped-query K/V (``heads_kv`` < ``heads``) are read once per K/V head. For decoding (seqlen_q of
+    1…16 against a long K/V cache) this is almost all K and V: the bytes that bound its speed."""
+    return float(elem_bytes * batch * d * (2 * heads * seqlen_q + 2 * heads_kv * seqlen_k))
 
 
 def fa1_block_sizes(m_elements: int, d: int) -> tuple[int, int]:

@@ -6,16 +6,22 @@ point is visible in the tables and figures instead of silently missing.
 
 Columns (see ``COLUMNS``; ``workflow/schemas/result.schema.yaml`` describes each one for users):
 
-identity       experiment, family, op, impl, dtype, mode, batch, heads, heads_kv, seqlen_q, seqlen_k,
-               head_dim, causal
+identity       experiment, family, op, impl, dtype, mode (fwd / bwd / fwd+bwd), batch, heads, heads_kv,
+               seqlen_q, seqlen_k, head_dim, causal, tokens (total tokens of a variable-length batch)
 outcome        status (ok / oom / unsupported / error / mismatch), message, timed (False for
                correctness-only rows, e.g. the interpreter on a CPU)
-metrics        ms_median, ms_p20, ms_p80, tflops (from ``analysis.flops``), peak_mem_mib (peak allocated
-               during one call minus what was allocated before it), max_abs_err, rms_err (against the
-               float64 reference), ref_err (max-abs error of plain PyTorch at the same precision),
-               err_bound (the tolerance the policy allowed)
+metrics        ms_median, ms_p20, ms_p80, tflops (from ``analysis.flops``, for the row's mode),
+               model_bytes (bytes the point must move at minimum, where a byte model applies), gbps
+               (model_bytes / median time), pad_waste (share of a padded batch's FLOPs spent on padding),
+               peak_mem_mib (peak allocated during one timed call minus what was allocated before it),
+               max_abs_err, rms_err (against the float64 reference; for gradient modes the worst of the
+               output and dq, dk, dv relative to its bound), ref_err (max-abs error of plain PyTorch at
+               the same precision), err_bound (the tolerance the policy allowed)
 telemetry      sm_clock_mhz, mem_clock_mhz, temp_c, power_w (NVML samples taken while the point was timed)
 provenance     gpu_name, gpu, driver, cuda, torch, triton, python, git_sha, timestamp, kernel_config
+
+Columns in ``OPTIONAL`` were added after tables had been shipped; a table without them still loads and
+gets them as NaN. Any other missing column is an error.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ IDENTITY = [
     "seqlen_k",
     "head_dim",
     "causal",
+    "tokens",
 ]
 OUTCOME = ["status", "message", "timed"]
 METRICS = [
@@ -47,6 +54,9 @@ METRICS = [
     "ms_p20",
     "ms_p80",
     "tflops",
+    "model_bytes",
+    "gbps",
+    "pad_waste",
     "peak_mem_mib",
     "max_abs_err",
     "rms_err",
@@ -67,6 +77,8 @@ PROVENANCE = [
     "kernel_config",
 ]
 COLUMNS = IDENTITY + OUTCOME + METRICS + TELEMETRY + PROVENANCE
+# Added after results were shipped: filled with NaN when an older table lacks them.
+OPTIONAL = ["tokens", "model_bytes", "gbps", "pad_waste"]
 
 STATUSES = ("ok", "oom", "unsupported", "error", "mismatch")
 
@@ -109,6 +121,8 @@ def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
     frames = [f for f in frames if len(f.columns)]
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
+    # an older table lacks the OPTIONAL columns: add them as NaN (per file, so each file is checked alone)
+    frames = [f.assign(**{c: float("nan") for c in OPTIONAL if c not in f.columns}) for f in frames]
     df = pd.concat(frames, ignore_index=True)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:

@@ -1,19 +1,42 @@
-"""Attention forward experiments: one shard of the grid in, tidy rows out.
+"""Attention experiments: one shard of the grid in, tidy rows out.
 
-A shard is one (experiment, dtype, head_dim, causal) combination with its list of sequence lengths and
-implementations; ``run(spec)`` measures every (N, implementation) point of it with the harness and
-returns one row per point, whatever happened to it. The shapes follow the experiment:
+A shard is one (experiment, dtype, head_dim, causal, mode, …) combination with its list of sequence
+lengths and implementations; ``run(spec)`` measures every (N, implementation) point of it with the
+harness and returns one row per point, whatever happened to it. The experiments and their shapes:
 
 - ``fa2-setting`` (FlashAttention-2 paper): batch × seqlen = ``tokens`` (16384), heads = ``hidden`` /
-  head_dim (2048 / d), so every point does the same work per token.
+  head_dim (2048 / d), so every point does the same work per token; forward, backward and both.
+- ``fa1-setting`` (FlashAttention-1 paper, Figure 3): fixed ``batch`` × ``heads`` (8 × 12), d = 64, N
+  grows past the point where naive attention runs out of memory; speed-up and memory saving over naive.
+- ``gain-surface``: ours against naive over N × d at batch × seqlen = ``tokens`` and fixed ``heads``:
+  where the IO-aware kernel's gain over materialising attention grows and where it vanishes.
+- ``block-sweep``: our FA-2 forward pinned to each configuration of ``configs`` (FA2Config strings) in
+  turn; ``kernel_config`` records the pinned one. Shapes as ``gain-surface``.
+- ``rescale-ablation``: lazy rescaling (``ours-fa2``: one division by ℓ at the end) against eager
+  (``ours-fa2-eager``: the accumulator normalised at every K/V tile), in the FA-2 setting's shapes.
 - ``memory`` (the second article's experiment 1): fixed ``batch`` and ``heads`` (1 × 16), N grows until
   the materialising implementations run out of memory.
+- ``decode``: ``seqlens`` query rows (1…16) against ``seqlen_k`` keys with ``heads_kv`` K/V heads
+  (grouped-query when fewer than ``heads``); split-KV decoding against the unsplit kernel, FA-2, SDPA
+  and naive, and ``copy-kv``: a device copy of the same K/V bytes, the copy bandwidth the others are
+  measured against. Rows carry ``model_bytes`` (Q, K, V read and O written once,
+  ``analysis.models.attention_io_bytes``; copy-kv: the bytes read and written) and ``gbps``.
+- ``varlen``: one batch of sequences of different lengths (``seqlens`` lists them), packed with
+  cu_seqlens against the same batch padded to its longest sequence (``analysis.experiments.varlen``).
 - ``interpreter-check``: tiny, odd shapes run through Triton's interpreter on the CPU to check the
   kernel's output; nothing is timed (``timed`` is False in those rows).
 
-The correctness gate compares each implementation's output with a float64 reference on a sample of
-query rows (the first and last ``check_rows // 2`` of batch 0, every head), bounded by the error of
-plain PyTorch at the same precision on the same rows (``kernels.tolerance``).
+Modes. ``fwd`` times the forward call. ``bwd`` builds the forward graph once, outside the timed region,
+then times ``torch.autograd.grad(out, (q, k, v), do, retain_graph=True)``: the backward pass alone.
+``fwd+bwd`` times the forward call and the gradients together. TFLOP/s use the FLOPs of the mode
+(``analysis.flops.attention_flops``); peak memory is that of one call of the timed callable.
+
+Correctness gates speed. The output is compared with a float64 reference on a sample of query rows (the
+first and last ``check_rows // 2`` of batch 0, every head); in the gradient modes dq, dk and dv of the
+first (batch, head) slice (for grouped-query K/V: K/V head 0 and the query heads that share it) are
+compared with float64 autograd of that slice. Both are bounded by the error of plain PyTorch at the same
+precision (``kernels.tolerance``). Where the float64 slice would not fit in memory, the gradient gate
+is skipped and the row's ``message`` says so. A failed gate is a ``mismatch`` row, never timed.
 """
 
 from __future__ import annotations
@@ -27,15 +50,36 @@ import torch
 
 from analysis import harness
 from analysis.flops import attention_flops, tflops
+from analysis.models import attention_io_bytes
 from analysis.provenance import now_utc, row_provenance
 from kernels import tolerance
 from kernels.attention import reference
 
 log = logging.getLogger(__name__)
 
-IMPLS = ("ours-fa2", "naive", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn")
-EXPERIMENTS = ("fa2-setting", "memory", "interpreter-check")
+# Dense attention on [B, H, N, d] tensors: every experiment may compare these.
+DENSE_IMPLS = ("ours-fa2", "ours-fa1", "naive", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn")
+DECODE_IMPLS = ("ours-decode", "ours-decode-unsplit", "copy-kv")
+VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
+IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_IMPLS + VARLEN_IMPLS
+# Which implementations each experiment can run, and in which modes.
+EXPERIMENT_IMPLS = {
+    "fa2-setting": DENSE_IMPLS,
+    "fa1-setting": DENSE_IMPLS,
+    "gain-surface": DENSE_IMPLS,
+    "block-sweep": ("ours-fa2",),
+    "rescale-ablation": ("ours-fa2", "ours-fa2-eager"),
+    "memory": DENSE_IMPLS,
+    "decode": DECODE_IMPLS + DENSE_IMPLS,
+    "varlen": VARLEN_IMPLS,
+    "interpreter-check": DENSE_IMPLS,
+}
+EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
+MODES = ("fwd", "bwd", "fwd+bwd")
+FORWARD_ONLY = ("block-sweep", "rescale-ablation", "decode", "interpreter-check")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# Live N×N tensors of three-step attention's autograd (S, P, dP, dS) when sizing the float64 gradient slice.
+_GRAD_REF_TENSORS = 5
 
 
 @dataclasses.dataclass
@@ -46,13 +90,16 @@ class Spec:
     dtype: str
     head_dim: int
     causal: bool
-    seqlens: list[int]
+    seqlens: list[int]  # query lengths (varlen: the lengths of the batch's sequences)
     impls: list[str]
+    mode: str = "fwd"
     tokens: int = 16384
     hidden: int = 2048
     batch: int = 1
     heads: int = 16
-    seqlen_k: list[int] | None = None  # interpreter checks only: key lengths (default: = seqlens)
+    heads_kv: int | None = None  # K/V heads (default: = heads); fewer is grouped-query attention
+    seqlen_k: list[int] | None = None  # key lengths, one per entry of seqlens (default: = seqlens)
+    configs: list[str] | None = None  # block-sweep: the FA2Config strings our kernel is pinned to
     check_rows: int = 128
     warmup_ms: float = harness.DEFAULT_WARMUP_MS
     rep_ms: float = harness.DEFAULT_REP_MS
@@ -66,40 +113,118 @@ class Spec:
         unknown = set(self.impls) - set(IMPLS)
         if unknown:
             raise ValueError(f"unknown implementations {sorted(unknown)}; known: {IMPLS}")
+        foreign = [i for i in self.impls if i not in EXPERIMENT_IMPLS[self.experiment]]
+        if foreign:
+            raise ValueError(
+                f"implementations {foreign} do not belong to experiment {self.experiment!r} "
+                f"(it runs {list(EXPERIMENT_IMPLS[self.experiment])})"
+            )
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; known: {MODES}")
+        if self.mode != "fwd" and self.experiment in FORWARD_ONLY:
+            raise ValueError(f"experiment {self.experiment!r} measures the forward pass only, got mode {self.mode!r}")
         if self.seqlen_k is not None and len(self.seqlen_k) != len(self.seqlens):
             raise ValueError("seqlen_k must list one key length per entry of seqlens")
+        if self.heads_kv is not None and (self.heads_kv < 1 or self.heads % self.heads_kv):
+            raise ValueError(f"heads_kv {self.heads_kv} must divide heads {self.heads}")
+        if self.experiment == "block-sweep":
+            from kernels.attention.fa2 import FA2Config
+
+            if not self.configs:
+                raise ValueError("block-sweep needs a list of configs")
+            for text in self.configs:
+                FA2Config.parse(text)  # a typo fails the shard before anything runs
+        elif self.configs:
+            raise ValueError(f"configs apply to block-sweep only, not to {self.experiment!r}")
+        if self.experiment == "varlen" and (not self.seqlens or min(self.seqlens) < 1):
+            raise ValueError("varlen needs at least one sequence, each of length >= 1")
 
     def shape(self, index: int) -> tuple[int, int, int, int]:
         """(batch, heads, seqlen_q, seqlen_k) of the index-th point."""
         n = self.seqlens[index]
         nk = self.seqlen_k[index] if self.seqlen_k else n
-        if self.experiment == "fa2-setting":
+        if self.experiment in ("fa2-setting", "rescale-ablation"):
             if self.hidden % self.head_dim:
                 raise ValueError(f"hidden {self.hidden} is not a multiple of head_dim {self.head_dim}")
             return max(1, self.tokens // n), self.hidden // self.head_dim, n, nk
+        if self.experiment in ("gain-surface", "block-sweep"):
+            return max(1, self.tokens // n), self.heads, n, nk
         return self.batch, self.heads, n, nk
 
+    def kv_heads(self, heads: int) -> int:
+        return self.heads_kv or heads
 
-def implementation(name: str) -> Callable:
-    """The callable ``f(q, k, v, causal) -> out`` benchmarked under ``name``."""
+    def variants(self) -> list[tuple[str, str | None]]:
+        """(implementation, pinned config) of every measurement at one shape."""
+        if self.experiment == "block-sweep":
+            return [(impl, cfg) for impl in self.impls for cfg in self.configs]
+        return [(impl, None) for impl in self.impls]
+
+    def points(self) -> int:
+        if self.experiment == "varlen":
+            return len(self.impls)
+        return len(self.seqlens) * len(self.variants())
+
+
+def implementation(name: str, config: str | None = None) -> Callable:
+    """The callable ``f(q, k, v, causal) -> out`` benchmarked under ``name`` (``config``: a pinned
+    FA2Config string for ``ours-fa2``, forward only)."""
     if name == "ours-fa2":
         from kernels.attention import fa2
 
+        if config is not None:
+            cfg = fa2.FA2Config.parse(config)
+            return lambda q, k, v, causal: fa2.forward(q, k, v, causal, config=cfg)[0]
         return lambda q, k, v, causal: fa2.attention(q, k, v, causal=causal)
+    if name == "ours-fa2-eager":
+        from kernels.attention import fa2
+
+        return lambda q, k, v, causal: fa2.forward(q, k, v, causal, rescale="eager")[0]
+    if name == "ours-fa1":
+        from kernels.attention import fa1
+
+        return lambda q, k, v, causal: fa1.attention(q, k, v, causal=causal)
+    if name in ("ours-decode", "ours-decode-unsplit"):
+        from kernels.attention import decode
+
+        splits = 1 if name == "ours-decode-unsplit" else None  # None: the split count from the shape
+        return lambda q, k, v, causal: decode.forward(q, k, v, causal, num_splits=splits)[0]
     if name == "naive":
         return lambda q, k, v, causal: reference.naive_attention(q, k, v, causal)
-    if name.startswith("sdpa-"):
+    if name.startswith("sdpa-") and name.removeprefix("sdpa-") in reference.SDPA_BACKENDS:
         backend = name.removeprefix("sdpa-")
         return lambda q, k, v, causal: reference.sdpa_attention(q, k, v, causal, backend=backend)
     raise ValueError(f"unknown implementation {name!r}")
 
 
-def _kernel_config(name: str) -> str:
-    if name == "ours-fa2":
+def _fa2_bwd_config() -> str:
+    from kernels.attention import fa2
+
+    last = getattr(fa2, "last_bwd_config", None)  # the backward's tiles, where the kernel reports them
+    cfg = last() if last is not None else None
+    if cfg is None:
+        return ""
+    return " ".join(str(c) for c in cfg) if isinstance(cfg, (tuple, list)) else str(cfg)
+
+
+def _kernel_config(name: str, mode: str, config: str | None, q: torch.Tensor, k: torch.Tensor) -> str:
+    if name in ("ours-fa2", "ours-fa2-eager"):
         from kernels.attention import fa2
 
-        cfg = fa2.last_config()
-        return str(cfg) if cfg else ""
+        fwd = config or str(fa2.last_config() or "")
+        if mode == "fwd":
+            return fwd
+        return f"fwd: {fwd}; bwd: {_fa2_bwd_config() or 'default'}"
+    if name == "ours-fa1":
+        from kernels.attention import fa1
+
+        return "BLOCK_R={},BLOCK_C={}".format(*fa1.DEFAULT_BLOCKS)
+    if name == "ours-decode":
+        from kernels.attention import decode
+
+        return f"num_splits={decode.choose_splits(q.shape[0] * q.shape[1], k.shape[2], q.device)}"
+    if name == "ours-decode-unsplit":
+        return "num_splits=1"
     return ""
 
 
@@ -111,101 +236,279 @@ def _check_rows(seqlen_q: int, n_rows: int) -> torch.Tensor:
     return torch.cat([torch.arange(half), torch.arange(seqlen_q - half, seqlen_q)])
 
 
+def randn(shape, gen: torch.Generator, dtype: torch.dtype, device) -> torch.Tensor:
+    """Normal inputs drawn on ``device`` (fast for the long K/V of decoding), in float32 then cast."""
+    return torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
+
+
+def generator(device, seed: int) -> torch.Generator:
+    return torch.Generator(device=torch.device(device)).manual_seed(seed)
+
+
+@dataclasses.dataclass
+class GradGate:
+    """Float64 and same-precision gradients of one (batch, head) slice, or why there are none."""
+
+    group: int  # query heads sharing K/V head 0 (1 without grouped-query)
+    ref: tuple | None = None  # (out, dq, dk, dv) in float64
+    same: tuple | None = None  # the same in the input dtype
+    skipped: str = ""
+
+
+def grad_gate(q, k, v, do, causal: bool, group: int) -> GradGate:
+    """Reference gradients of the slice q[:1, :group], k[:1, :1], v[:1, :1], unless it cannot fit."""
+    gate = GradGate(group)
+    nq, nk = q.shape[2], k.shape[2]
+    need = _GRAD_REF_TENSORS * group * nq * nk * 8
+    if q.device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(q.device)
+        if need > 0.9 * free:
+            gate.skipped = (
+                f"gradient gate skipped: the float64 reference of one (batch, head) slice needs about "
+                f"{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free; output checked on sampled rows"
+            )
+            return gate
+    sl = (q[:1, :group], k[:1, :1], v[:1, :1], do[:1, :group])
+    try:
+        gate.ref = reference.attention_grads(*sl, causal, dtype=torch.float64)
+        gate.same = reference.attention_grads(*sl, causal, dtype=q.dtype)
+    except Exception as exc:
+        if not harness.is_oom(exc):
+            raise
+        gate.ref = gate.same = None
+        harness.release_memory()
+        gate.skipped = "gradient gate skipped: the float64 reference of one (batch, head) slice ran out of memory"
+    return gate
+
+
+def grad_checks(impl: str, got, gate: GradGate, dtype) -> list[tolerance.ErrorCheck]:
+    """``got`` = (dq, dk, dv) of the gate's slice against float64 (nothing when the gate was skipped)."""
+    if gate is None or gate.ref is None:
+        return []
+    return [
+        tolerance.check(f"{name} {impl}", g, r, s, dtype)
+        for name, g, r, s in zip(("dq", "dk", "dv"), got, gate.ref[1:], gate.same[1:], strict=True)
+    ]
+
+
+def worst(checks: list[tolerance.ErrorCheck]) -> tolerance.ErrorCheck:
+    """The check closest to (or furthest past) its bound: the one whose numbers a row reports."""
+
+    def ratio(c):
+        return math.inf if c.max_abs != c.max_abs else c.max_abs / c.bound
+
+    return max(checks, key=ratio)
+
+
+def gate_metrics(checks: list[tolerance.ErrorCheck]) -> tuple[dict, list[tolerance.ErrorCheck]]:
+    """(error columns of the worst check, the checks that failed)."""
+    w = worst(checks)
+    metrics = dict(max_abs_err=w.max_abs, rms_err=w.rms, ref_err=w.ref_err, err_bound=w.bound)
+    return metrics, [c for c in checks if not c.ok]
+
+
 def run(spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info) -> list[dict]:
     """Measure every point of ``spec``; returns rows in ``analysis.tables`` format."""
+    if spec.experiment == "varlen":
+        from analysis.experiments import varlen
+
+        return varlen.run(spec, env, device, log_line)
     timed = spec.experiment != "interpreter-check"
     dtype = DTYPES[spec.dtype]
     prov = row_provenance(env)
-    progress = harness.Progress(len(spec.seqlens) * len(spec.impls), log_line)
+    variants = spec.variants()
+    progress = harness.Progress(spec.points(), log_line)
     rows: list[dict] = []
-    gen = torch.Generator(device="cpu").manual_seed(spec.seed)
+    gen = generator(device, spec.seed)
 
     for i in range(len(spec.seqlens)):
         b, h, nq, nk = spec.shape(i)
-        base = {
-            "experiment": spec.experiment,
-            "family": "attention",
-            "op": "attention",
-            "dtype": spec.dtype,
-            "mode": "fwd",
-            "batch": b,
-            "heads": h,
-            "heads_kv": h,
-            "seqlen_q": nq,
-            "seqlen_k": nk,
-            "head_dim": spec.head_dim,
-            "causal": bool(spec.causal),
-            "timed": timed,
-            **prov,
-        }
-        shape_text = f"B={b} H={h} Nq={nq} Nk={nk} d={spec.head_dim} causal={spec.causal} {spec.dtype}"
+        hk = spec.kv_heads(h)
+        base = base_row(spec, prov, timed, batch=b, heads=h, heads_kv=hk, seqlen_q=nq, seqlen_k=nk)
+        shape_text = (
+            f"B={b} H={h}" + (f" Hkv={hk}" if hk != h else "")
+            + f" Nq={nq} Nk={nk} d={spec.head_dim} causal={spec.causal} {spec.dtype} {spec.mode}"
+        )  # fmt: skip
         try:
-            q, k, v = (
-                torch.randn((b, h, n, spec.head_dim), generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
-                for n in (nq, nk, nk)
-            )
-            sample = _check_rows(nq, spec.check_rows).to(device)
-            ref = reference.reference_attention(q[:1], k[:1], v[:1], spec.causal, rows=sample)
-            same_precision = reference.naive_attention_rows(q[:1], k[:1], v[:1], sample, spec.causal)
+            point = _Point.build(spec, b, h, hk, nq, nk, dtype, device, gen)
         except Exception as exc:  # inputs or the reference itself do not fit: every impl gets the status
             status, message = harness.classify(exc)
-            for impl in spec.impls:
-                rows.append(_row(base, impl, status, f"inputs/reference: {message}"))
+            for impl, cfg in variants:
+                rows.append(make_row(base, impl, status, f"inputs/reference: {message}", kernel_config=cfg or ""))
                 progress.step(f"{impl} {shape_text}", status)
             harness.release_memory()
             continue
 
-        for impl in spec.impls:
-            row = _measure(spec, impl, q, k, v, sample, ref, same_precision, dtype, base, timed, device)
+        for impl, cfg in variants:
+            row = _measure(spec, impl, cfg, point, base, timed)
             rows.append(row)
             extra = f" {row['tflops']:.1f} TFLOP/s" if row["status"] == "ok" and timed else ""
-            progress.step(f"{impl} {shape_text}", row["status"] + extra + _short(row["message"]))
-        del q, k, v, ref, same_precision
+            if row["status"] == "ok" and timed and row["gbps"] == row["gbps"]:
+                extra += f" {row['gbps']:.0f} GB/s"
+            label = f"{impl} [{cfg}]" if cfg else impl
+            progress.step(f"{label} {shape_text}", row["status"] + extra + short(row["message"]))
+            if spec.mode != "fwd":  # the graphs of materialising impls hold N×N tensors
+                harness.release_memory()
+        del point
         harness.release_memory()
     return rows
 
 
-def _short(message: str) -> str:
+@dataclasses.dataclass
+class _Point:
+    """Inputs and references of one shape, built before anything is measured."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    kv: torch.Tensor  # one tensor holding K (kv[0]) and V (kv[1]): what copy-kv copies
+    sample: torch.Tensor
+    ref: torch.Tensor
+    same: torch.Tensor
+    do: torch.Tensor | None = None
+    gate: GradGate | None = None
+
+    @classmethod
+    def build(cls, spec: Spec, b, h, hk, nq, nk, dtype, device, gen) -> _Point:
+        d = spec.head_dim
+        q = randn((b, h, nq, d), gen, dtype, device)
+        kv = randn((2, b, hk, nk, d), gen, dtype, device)
+        k, v = kv[0], kv[1]
+        sample = _check_rows(nq, spec.check_rows).to(device)
+        ref = reference.reference_attention(q[:1], k[:1], v[:1], spec.causal, rows=sample)
+        same = reference.naive_attention_rows(q[:1], k[:1], v[:1], sample, spec.causal)
+        point = cls(q, k, v, kv, sample, ref, same)
+        if spec.mode != "fwd":
+            point.do = randn((b, h, nq, d), gen, dtype, device)
+            point.gate = grad_gate(q, k, v, point.do, spec.causal, h // hk)
+        return point
+
+
+def h_group(p: _Point) -> int:
+    return p.gate.group if p.gate else 1
+
+
+def base_row(spec: Spec, prov: dict, timed: bool, **shape) -> dict:
+    return {
+        "experiment": spec.experiment,
+        "family": "attention",
+        "op": "attention",
+        "dtype": spec.dtype,
+        "mode": spec.mode,
+        **shape,
+        "head_dim": spec.head_dim,
+        "causal": bool(spec.causal),
+        "timed": timed,
+        **prov,
+    }
+
+
+def short(message: str) -> str:
     return f" ({message[:120]})" if message else ""
 
 
-def _row(base: dict, impl: str, status: str, message: str, **metrics) -> dict:
-    row = {**base, "impl": impl, "status": status, "message": message, "timestamp": now_utc()}
-    for key in ("ms_median", "ms_p20", "ms_p80", "tflops", "peak_mem_mib", "max_abs_err", "rms_err", "ref_err",
-                "err_bound", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w"):  # fmt: skip
+_METRICS = ("ms_median", "ms_p20", "ms_p80", "tflops", "model_bytes", "gbps", "pad_waste", "peak_mem_mib",
+            "max_abs_err", "rms_err", "ref_err", "err_bound", "sm_clock_mhz", "mem_clock_mhz", "temp_c",
+            "power_w")  # fmt: skip
+
+
+def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dict:
+    row = {"tokens": math.nan, **base, "impl": impl, "status": status, "message": message, "timestamp": now_utc()}
+    for key in _METRICS:
         row[key] = metrics.get(key, math.nan)
     row["kernel_config"] = metrics.get("kernel_config", "")
     return row
 
 
-def _measure(spec, impl, q, k, v, sample, ref, same_precision, dtype, base, timed, device) -> dict:
-    fn = implementation(impl)
-    causal = spec.causal
-    metrics: dict = {}
+def time_call(call: Callable[[], object], spec: Spec) -> dict:
+    """Peak extra memory of one call, then its timing and telemetry (harness method)."""
+    metrics = {"peak_mem_mib": harness.peak_extra_memory_mib(call)}
+    with harness.Telemetry() as tel:
+        timing = harness.time_gpu(call, spec.warmup_ms, spec.rep_ms)
+    metrics.update(tel.summary())
+    metrics.update(ms_median=timing.ms_median, ms_p20=timing.ms_p20, ms_p80=timing.ms_p80)
+    return metrics
+
+
+def _measure(spec: Spec, impl: str, cfg: str | None, p: _Point, base: dict, timed: bool) -> dict:
+    if impl == "copy-kv":
+        return _measure_copy(spec, p, base, timed)
+    causal, dtype = spec.causal, DTYPES[spec.dtype]
+    metrics: dict = {"kernel_config": cfg or ""}
     try:
-        out = fn(q, k, v, causal)  # first call: compiles and autotunes outside any timed region
-        metrics["kernel_config"] = _kernel_config(impl)
-        got = out[:1].index_select(2, sample)
-        del out
-        check = tolerance.check(f"{impl} output", got, ref, same_precision, dtype)
-        metrics.update(max_abs_err=check.max_abs, rms_err=check.rms, ref_err=check.ref_err, err_bound=check.bound)
-        if not check.ok:
-            return _row(base, impl, "mismatch", check.describe(), **metrics)
+        fn = implementation(impl, cfg) if cfg else implementation(impl)
+        if spec.mode == "fwd":
+            out = fn(p.q, p.k, p.v, causal)  # first call: compiles and autotunes outside any timed region
+            metrics["kernel_config"] = _kernel_config(impl, spec.mode, cfg, p.q, p.k)
+            checks = [tolerance.check(f"{impl} output", out[:1].index_select(2, p.sample), p.ref, p.same, dtype)]
+            del out
+
+            def call():
+                return fn(p.q, p.k, p.v, causal)
+
+        else:
+            leaves = tuple(t.detach().requires_grad_(True) for t in (p.q, p.k, p.v))
+            out = fn(*leaves, causal)  # the forward graph, built once
+            grads = torch.autograd.grad(out, leaves, p.do, retain_graph=spec.mode == "bwd")
+            metrics["kernel_config"] = _kernel_config(impl, spec.mode, cfg, p.q, p.k)
+            got = out.detach()[:1].index_select(2, p.sample)
+            checks = [tolerance.check(f"{impl} output", got, p.ref, p.same, dtype)]
+            dq, dk, dv = grads
+            checks += grad_checks(impl, (dq[:1, : h_group(p)], dk[:1, :1], dv[:1, :1]), p.gate, dtype)
+            del dq, dk, dv
+            del grads
+            if spec.mode == "bwd":
+
+                def call():
+                    return torch.autograd.grad(out, leaves, p.do, retain_graph=True)
+
+            else:
+                del out
+
+                def call():
+                    return torch.autograd.grad(fn(*leaves, causal), leaves, p.do)
+
+        errors, failed = gate_metrics(checks)
+        metrics.update(errors)
+        if failed:
+            return make_row(base, impl, "mismatch", "; ".join(c.describe() for c in failed), **metrics)
+        note = p.gate.skipped if p.gate else ""
         if not timed:
-            return _row(base, impl, "ok", "", **metrics)
-        metrics["peak_mem_mib"] = harness.peak_extra_memory_mib(lambda: fn(q, k, v, causal))
-        with harness.Telemetry() as tel:
-            timing = harness.time_gpu(lambda: fn(q, k, v, causal), spec.warmup_ms, spec.rep_ms)
-        metrics.update(tel.summary())
-        flops = attention_flops(base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, causal)
-        metrics.update(
-            ms_median=timing.ms_median,
-            ms_p20=timing.ms_p20,
-            ms_p80=timing.ms_p80,
-            tflops=tflops(flops, timing.ms_median),
+            return make_row(base, impl, "ok", note, **metrics)
+        metrics.update(time_call(call, spec))
+        flops = attention_flops(
+            base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, causal, spec.mode
         )
-        return _row(base, impl, "ok", "", **metrics)
+        metrics["tflops"] = tflops(flops, metrics["ms_median"])
+        if spec.experiment == "decode":
+            metrics["model_bytes"] = attention_io_bytes(
+                base["batch"], base["heads"], base["heads_kv"], base["seqlen_q"], base["seqlen_k"], spec.head_dim,
+                p.q.element_size(),
+            )  # fmt: skip
+            metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
+        return make_row(base, impl, "ok", note, **metrics)
     except Exception as exc:
         status, message = harness.classify(exc)
         harness.release_memory()
-        return _row(base, impl, status, message, **metrics)
+        return make_row(base, impl, status, message, **metrics)
+
+
+def _measure_copy(spec: Spec, p: _Point, base: dict, timed: bool) -> dict:
+    """A device copy of the K/V bytes (one tensor holding K and V): the copy bandwidth of this GPU."""
+    metrics: dict = {"model_bytes": 2.0 * p.kv.numel() * p.kv.element_size()}  # read once, written once
+    try:
+        copy = p.kv.clone()
+        exact = torch.equal(copy, p.kv)
+        del copy
+        metrics.update(max_abs_err=0.0 if exact else math.nan, rms_err=0.0 if exact else math.nan)
+        if not exact:
+            return make_row(base, "copy-kv", "mismatch", "copy-kv: the copy differs from its source", **metrics)
+        if not timed:
+            return make_row(base, "copy-kv", "ok", "", **metrics)
+        metrics.update(time_call(p.kv.clone, spec))
+        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
+        return make_row(base, "copy-kv", "ok", "", **metrics)
+    except Exception as exc:
+        status, message = harness.classify(exc)
+        harness.release_memory()
+        return make_row(base, "copy-kv", status, message, **metrics)

@@ -5,6 +5,8 @@
   this is the baseline whose memory and traffic FlashAttention removes.
 - ``reference_attention``: the same computation in float64 (on the given query rows only, so that a
   long-sequence benchmark point can still be checked exactly at O(rows·N·d) cost).
+- ``attention_grads``: output and gradients (dq, dk, dv) of the three-step attention by autograd, in
+  float64 (the ground truth for a backward pass) or in the input dtype (plain PyTorch's own error).
 - ``sdpa_attention``: ``torch.nn.functional.scaled_dot_product_attention`` pinned to one backend
   (``math``, ``efficient``, ``flash``, ``cudnn``), so a benchmark row names exactly what ran.
 
@@ -82,6 +84,16 @@ def reference_attention(
 ) -> torch.Tensor:
     """Float64 attention (optionally only for ``rows`` of the query sequence): the ground truth."""
     return _materialise(q, k, v, causal, sm_scale, rows, torch.float64)
+
+
+def attention_grads(q, k, v, do, causal: bool = False, sm_scale: float | None = None, dtype=torch.float64):
+    """``(out, dq, dk, dv)`` of three-step attention computed in ``dtype`` by autograd, for upstream
+    gradient ``do``: float64 gives the reference gradients, the input dtype plain PyTorch's."""
+    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
+    with torch.enable_grad():
+        out = _materialise(*leaves, causal, sm_scale, None, dtype)
+        grads = torch.autograd.grad(out, leaves, do.to(dtype))
+    return (out.detach(), *grads)
 
 
 def sdpa_attention(q, k, v, causal: bool = False, sm_scale: float | None = None, backend: str = "flash"):

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from snakemake_helpers import job_counts, snakemake
 
+from analysis.experiments import grid
+
 ROOT = Path(__file__).resolve().parents[2]
 MINI = Path(__file__).with_name("mini.yaml")
+CONFIG = ROOT / "workflow" / "config.yaml"
 
 
 def test_dry_run_cpu_plans_interpreter_checks_and_report(tmp_path):
@@ -25,16 +30,50 @@ def test_dry_run_cpu_plans_interpreter_checks_and_report(tmp_path):
     assert "attention_benchmark" not in counts
 
 
+def _planned_shards(stdout: str) -> set[str]:
+    return set(re.findall(r"wildcards: gpu=h200, shard=(\S+)", stdout))
+
+
 def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
     r = snakemake("-n", "--cores", "1", "--config", "gpus=[h200]", f"results_dir={tmp_path}",
                   f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
-    # 2 dtypes × 2 head dims × 2 causal settings of the FA-2 setting, plus the memory experiment
-    assert counts["attention_benchmark"] == 9
+    shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
+    assert counts["attention_benchmark"] == len(shards) == 22
+    assert _planned_shards(r.stdout) == set(shards)
+    per_experiment = Counter(f["experiment"] for f in shards.values())
+    assert per_experiment == {"fa2-setting": 9, "fa1-setting": 1, "gain-surface": 4, "block-sweep": 1,
+                              "rescale-ablation": 1, "memory": 2, "decode": 2, "varlen": 2}  # fmt: skip
+    # the forward shards keep the names they had before modes existed (their results are reused)
+    assert {"fa2-setting_float16_d128_full", "memory_float16_d128_full"} <= set(shards)
+    assert {"fa2-setting_bfloat16_d128_causal_bwd", "memory_float16_d128_full_fwdbwd",
+            "decode_float16_d128_full_hkv2_q1", "varlen_float16_d128_causal_fwdbwd"} <= set(shards)  # fmt: skip
     assert counts["environment"] == 1
     assert counts["figures"] >= 1
     assert "interpreter_check" not in counts
+
+
+def test_full_config_plans_the_bigger_grids(tmp_path):
+    full = ROOT / "workflow" / "config-full.yaml"
+    r = snakemake("-n", "--cores", "1", "--configfile", str(full), "--config", "gpus=[h200]",
+                  f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    shards = grid.attention_shards(grid.load_config([CONFIG, full])["attention"])
+    assert job_counts(r.stdout)["attention_benchmark"] == len(shards) == 67
+    assert _planned_shards(r.stdout) == set(shards)
+    assert "decode_float16_d128_full_hkv16_q16" in shards and "fa1-setting_float16_d64_full" in shards
+
+
+def test_default_budget_is_the_one_quoted_in_the_config():
+    """The point counts and seconds quoted in workflow/config.yaml are what the grid module computes now,
+    and the default grid stays within the budget of about 6 minutes of attention points (warm cache)."""
+    shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
+    table = grid.budget_table(shards)
+    quoted = [line[len("  #   "):] for line in CONFIG.read_text().splitlines() if line.startswith("  #   ")]
+    assert quoted == table
+    total = grid.budget(shards)
+    assert sum(e["seconds"] for e in total.values()) <= 370
 
 
 def test_gpu_types_map_gpu_jobs_to_the_cluster(tmp_path):

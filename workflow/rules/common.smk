@@ -6,6 +6,9 @@ sys.path.insert(
     0, str(Path(workflow.basedir))
 )  # the analysis/kernels packages, even if not installed
 
+import re
+
+from analysis.experiments import grid
 from analysis.provenance import CPU_SLUG, detect_gpu_slug
 
 RESULTS = config["results_dir"]
@@ -68,38 +71,7 @@ def _flag(causal):
 
 def attention_shards():
     """Shard name -> analysis.experiments.attention.Spec fields, for every GPU benchmark job."""
-    common = dict(
-        warmup_ms=ATT["warmup_ms"], rep_ms=ATT["rep_ms"], check_rows=ATT["check_rows"]
-    )
-    fa2 = ATT["fa2_setting"]
-    shards = {}
-    for dtype in fa2["dtypes"]:
-        for d in fa2["head_dims"]:
-            for causal in fa2["causal"]:
-                shards[f"fa2-setting_{dtype}_d{d}_{_flag(causal)}"] = dict(
-                    experiment="fa2-setting",
-                    dtype=dtype,
-                    head_dim=d,
-                    causal=causal,
-                    seqlens=fa2["seqlens"],
-                    impls=ATT["impls"],
-                    tokens=fa2["tokens"],
-                    hidden=fa2["hidden"],
-                    **common,
-                )
-    mem = ATT["memory"]
-    shards[f"memory_{mem['dtype']}_d{mem['head_dim']}_{_flag(mem['causal'])}"] = dict(
-        experiment="memory",
-        dtype=mem["dtype"],
-        head_dim=mem["head_dim"],
-        causal=mem["causal"],
-        seqlens=mem["seqlens"],
-        impls=mem["impls"],
-        batch=mem["batch"],
-        heads=mem["heads"],
-        **common,
-    )
-    return shards
+    return grid.attention_shards(ATT)
 
 
 def interpreter_enabled():
@@ -175,7 +147,7 @@ def all_targets():
 
 
 def _alternatives(names):
-    return "|".join(sorted(names)) or "(?!)"
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
 
 
 ATTENTION_SHARDS = attention_shards()
