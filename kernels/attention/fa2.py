@@ -19,18 +19,23 @@ Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (pa
 power of two ≥ 16; the padded lanes are masked, never read from memory), float16 and bfloat16 on the
 GPU, float32 as an exact (IEEE, not TF32) teaching/testing mode, ``[batch, heads, seq, head_dim]``
 tensors with arbitrary strides. Backward (``backward``, and autograd through ``attention``): the FA-2
-paper's recomputation from the saved logsumexp, as two deterministic passes (dK/dV per key block, dQ
-per query block, no atomics), with one fixed tile configuration so far (not yet tuned or timed on a
-GPU). Grouped-query and multi-query attention: K/V may have fewer heads than Q, as long as they divide
-them (query head h reads K/V head h // (H / H_kv)). Does not handle: dropout, attention bias, packed
-varlen.
+paper's recomputation from the saved logsumexp. Deterministic: Δ = rowsum(dO ∘ O) from a small
+preprocess kernel, then two passes (dK/dV per key block, dQ per query block) and no atomics; each pass
+splits its tiles into an unmasked fast loop and a masked loop for the tiles crossing the causal diagonal
+or a sequence end, as the forward does. Backward tiles per head dim come from an H200 sweep
+(``default_bwd_configs``), pinnable per pass or through ``KERNELS_FA2_BWD_CONFIG``. Grouped-query and
+multi-query attention: K/V may have fewer heads than Q, as long as they divide them (query head h reads
+K/V head h // (H / H_kv)). Does not handle: dropout, attention bias, packed varlen.
 
-Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_forward.py)
-and on an NVIDIA H200 with Triton 3.6 (float16, bfloat16, d = 64 … 256, N = 512 … 65536: every benchmark
-point of the pipeline is checked against float64 before it is timed).
+Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_forward.py,
+test_fa2_backward.py) and, for the forward, on an NVIDIA H200 with Triton 3.6 (float16, bfloat16,
+d = 64 … 256, N = 512 … 65536: every benchmark point of the pipeline is checked against float64 before it
+is timed). The backward's tile sweep was run on the H200 with the backward as it was before the Δ kernel
+and the masked/unmasked split; the current backward has been run only in the interpreter and compiled
+(not run) for sm_90a.
 
 Layers: the ``@triton.jit`` kernels (forward, then backward) are in ``fa2_kernels.py``; here, top to
-bottom: configuration (dataclass, factory, pruning, env pin); the launchers ``forward`` and ``backward``
+bottom: configuration (dataclasses, factories, pruning, env pins); the launchers ``forward`` and ``backward``
 (checks, allocation, grid); the ``autograd.Function``; the public function ``attention``.
 """
 
@@ -38,13 +43,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
+from typing import NamedTuple
 
 import torch
 import triton
 
 from kernels._runtime import INTERPRET, check_device, softmax_scale
 from kernels.attention.fa2_kernels import (
+    _attn_bwd_delta_kernel,
     _attn_bwd_dkdv_kernel,
     _attn_bwd_dq_kernel,
     _attn_fwd_inner,  # noqa: F401  (decode.py imports it from here)
@@ -52,7 +60,19 @@ from kernels.attention.fa2_kernels import (
     _fwd_heuristic_kernel,
 )
 
-__all__ = ["FA2Config", "attention", "forward", "backward", "default_configs", "last_config", "MAX_HEAD_DIM"]
+__all__ = [
+    "FA2Config",
+    "FA2BwdConfig",
+    "attention",
+    "forward",
+    "backward",
+    "default_configs",
+    "default_bwd_configs",
+    "gpu_bwd_configs",
+    "last_config",
+    "last_bwd_config",
+    "MAX_HEAD_DIM",
+]
 
 MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -128,10 +148,12 @@ def default_configs() -> list[FA2Config]:
     ]
 
 
+@functools.cache
 def _shared_mem_limit(device: torch.device) -> int:
     if device.type != "cuda":
         return 1 << 30
-    props = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
+    index = torch.cuda.current_device() if device.index is None else device.index
+    props = triton.runtime.driver.active.utils.get_device_properties(index)
     return int(props["max_shared_mem"])
 
 
@@ -193,6 +215,121 @@ def _configs_in_effect(config: FA2Config | None) -> tuple[FA2Config, ...]:
 def last_config() -> FA2Config | None:
     """The configuration the most recent ``forward`` call ran with (chosen by the tuner or pinned)."""
     return _LAST_CONFIG[0]
+
+
+BWD_CONFIG_ENV = "KERNELS_FA2_BWD_CONFIG"
+BWD_CONFIG_INTERPRET = FA2Config(16, 16, 4, 1)
+
+
+class FA2BwdConfig(NamedTuple):
+    """The backward's two launch configurations, one per pass.
+
+    ``dkdv``: BLOCK_N keys per program, query tiles of BLOCK_M rows streamed past them. ``dq``: BLOCK_M
+    queries per program, key tiles of BLOCK_N rows streamed. ``str`` gives the form the environment
+    variable ``KERNELS_FA2_BWD_CONFIG`` takes: ``dkdv=BLOCK_M=64,BLOCK_N=64,...;dq=BLOCK_M=128,...``.
+    """
+
+    dkdv: FA2Config
+    dq: FA2Config
+
+    def __str__(self) -> str:
+        return f"dkdv={self.dkdv};dq={self.dq}"
+
+    @classmethod
+    def parse(cls, text: str) -> FA2BwdConfig:
+        """Parse ``dkdv=<FA2Config>;dq=<FA2Config>`` (the form ``str`` prints; both passes required)."""
+        parts: dict[str, FA2Config] = {}
+        for chunk in text.split(";"):
+            name, _, config = chunk.strip().partition("=")
+            name = name.strip()
+            if name not in ("dkdv", "dq") or name in parts:
+                raise ValueError(
+                    f"cannot parse FA-2 backward config {text!r}: expected 'dkdv=<config>;dq=<config>', "
+                    f"e.g. {str(cls(FA2Config(64, 64, 4, 2), FA2Config(128, 128, 8, 2)))!r}"
+                )
+            parts[name] = FA2Config.parse(config)
+        if set(parts) != {"dkdv", "dq"}:
+            raise ValueError(f"FA-2 backward config {text!r} must set both passes, dkdv= and dq=")
+        return cls(parts["dkdv"], parts["dq"])
+
+
+# The best backward tiles of an H200 sweep (Triton 3.6, float16, N = 4096, 16384 tokens, hidden size 2048;
+# one pass's configuration varied at a time, the whole backward timed), keyed by (padded head dim,
+# causal). d = 128: dK/dV 64×64 w4 s2 with 128×64 w8 s2 close (every BLOCK_N = 128 for dK/dV was 2× slower);
+# dQ 128×128 w8 s2 with 128×64 w8 s2 close. With these the backward ran at 327 TFLOP/s at d = 128,
+# non-causal, against 280 for SDPA's flash backend and 495 for cuDNN.
+_BWD_SWEEP_H200: dict[tuple[int, bool], FA2BwdConfig] = {
+    (64, False): FA2BwdConfig(FA2Config(64, 64, 4, 3), FA2Config(128, 64, 8, 2)),
+    (64, True): FA2BwdConfig(FA2Config(64, 64, 4, 3), FA2Config(64, 64, 4, 3)),
+    (128, False): FA2BwdConfig(FA2Config(64, 64, 4, 2), FA2Config(128, 128, 8, 2)),
+    (128, True): FA2BwdConfig(FA2Config(64, 64, 4, 2), FA2Config(128, 128, 8, 2)),
+    (256, False): FA2BwdConfig(FA2Config(64, 64, 8, 2), FA2Config(64, 64, 4, 2)),
+    (256, True): FA2BwdConfig(FA2Config(64, 64, 8, 2), FA2Config(64, 64, 4, 2)),
+}
+# tried in order when the swept tile does not fit a GPU (less shared memory) or a dtype (float32)
+_BWD_FALLBACKS = (FA2Config(64, 64, 4, 2), FA2Config(64, 32, 4, 2), FA2Config(32, 32, 4, 1), FA2Config(16, 16, 4, 1))
+
+
+def _bwd_fits(which: str, cfg: FA2Config, block_d: int, elem_bytes: int, smem_limit: int) -> bool:
+    """Whether a backward pass's tile plausibly fits: an estimate, not the compiler's allocation.
+
+    Shared memory: the resident tile once (K for dK/dV, Q for dQ) and the two streamed tiles once per
+    pipeline stage; this bounds from above what Triton 3.6 allocated for every default when compiled for
+    sm_90 (e.g. 80 vs 72.5 KiB for dK/dV 64×64 s2, 160 vs 128 KiB for dQ 128×128 s2 at d = 128, fp16).
+    Registers: the fp32 accumulators (dK and dV, or dQ) spread over the program's threads must leave room
+    for the rest, as in the forward's ``_fits``.
+    """
+    if which == "dkdv":
+        resident, streamed, acc_rows = cfg.block_n, cfg.block_m, 2 * cfg.block_n
+    else:
+        resident, streamed, acc_rows = cfg.block_m, cfg.block_n, cfg.block_m
+    smem = (resident + 2 * cfg.num_stages * streamed) * block_d * elem_bytes
+    return smem <= smem_limit and acc_rows * block_d // (32 * cfg.num_warps) <= 128
+
+
+def gpu_bwd_configs(head_dim: int, causal: bool, *, elem_bytes: int = 2, smem_limit: int) -> FA2BwdConfig:
+    """The backward tiles for a GPU with ``smem_limit`` bytes of shared memory per block: the H200
+    sweep's best for this head dim when it fits (``_bwd_fits``), else the first fallback that does."""
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {head_dim} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    swept = _BWD_SWEEP_H200[(max(64, block_d), bool(causal))]
+    chosen = []
+    for which, best in (("dkdv", swept.dkdv), ("dq", swept.dq)):
+        candidates = (best, *_BWD_FALLBACKS)
+        chosen.append(next((c for c in candidates if _bwd_fits(which, c, block_d, elem_bytes, smem_limit)),
+                           candidates[-1]))  # fmt: skip
+    return FA2BwdConfig(*chosen)
+
+
+def default_bwd_configs(
+    head_dim: int, causal: bool, device: torch.device | str | None = None, dtype: torch.dtype = torch.float16
+) -> FA2BwdConfig:
+    """The backward tiles used when none is pinned: 16×16 in the interpreter (a short CPU run that still
+    crosses several tiles), else ``gpu_bwd_configs`` for ``device`` (the current CUDA device if None)."""
+    if INTERPRET:
+        return FA2BwdConfig(BWD_CONFIG_INTERPRET, BWD_CONFIG_INTERPRET)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    elem_bytes = torch.empty((), dtype=dtype).element_size()
+    return gpu_bwd_configs(head_dim, causal, elem_bytes=elem_bytes, smem_limit=_shared_mem_limit(torch.device(device)))
+
+
+_LAST_BWD_CONFIG: list[FA2BwdConfig | None] = [None]
+
+
+def _bwd_configs_in_effect(
+    head_dim: int, causal: bool, q: torch.Tensor, dkdv_config: FA2Config | None, dq_config: FA2Config | None
+) -> FA2BwdConfig:
+    """Explicit arguments first (each pass on its own), then ``KERNELS_FA2_BWD_CONFIG``, then the defaults."""
+    pinned = os.environ.get(BWD_CONFIG_ENV, "").strip()
+    base = FA2BwdConfig.parse(pinned) if pinned else default_bwd_configs(head_dim, causal, q.device, q.dtype)
+    return FA2BwdConfig(dkdv_config or base.dkdv, dq_config or base.dq)
+
+
+def last_bwd_config() -> FA2BwdConfig | None:
+    """The (dK/dV, dQ) configurations the most recent ``backward`` ran with; ``str`` gives the env form."""
+    return _LAST_BWD_CONFIG[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -287,10 +424,6 @@ def forward(
     return out, lse
 
 
-BWD_CONFIG_INTERPRET = FA2Config(16, 16, 4, 1)
-BWD_CONFIG = FA2Config(64, 64, 4, 2)
-
-
 def backward(
     do: torch.Tensor,
     q: torch.Tensor,
@@ -306,47 +439,83 @@ def backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of ``attention`` from the forward's output and logsumexp.
 
-    P is recomputed tile by tile from Q, K and the logsumexp (no N×N tensor is stored or written).
-    Two deterministic passes: one program per key block accumulates dK and dV over the query blocks
-    that see it, one program per query block accumulates dQ; no atomics. One fixed tile configuration
-    for now (64×64, 4 warps; 16×16 in the interpreter): correctness first, tuning comes with its benchmark.
+    Deterministic: two passes and no atomics. A small preprocess kernel computes Δ_i = Σ_j dO_ij·O_ij
+    (fp32 accumulation, no fp32 copies of O or dO); then one program per key block accumulates dK and dV
+    over the query tiles that see it (summing a K/V head's query-head group in a fixed order), and one
+    program per query block accumulates dQ. P is recomputed tile by tile from Q, K and the logsumexp: no
+    N×N tensor is stored. In both passes tiles that every row sees whole run a loop without masks; only
+    tiles crossing the causal diagonal or a sequence end run the masked one.
+
+    Tiles: ``dkdv_config`` / ``dq_config`` pin a pass; otherwise ``KERNELS_FA2_BWD_CONFIG``
+    (``FA2BwdConfig`` form), otherwise ``default_bwd_configs`` (an H200 sweep's best per head dim, with
+    smaller tiles where they do not fit). ``last_bwd_config()`` reports what ran. Returns tensors in the
+    input dtype, contiguous, shaped like q, k, v.
     """
     _check_inputs(q, k, v)
     b, h, seqlen_q, d = q.shape
-    seqlen_k = k.shape[2]
     if do.shape != q.shape:
         raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q.shape)}")
+    if out.shape != q.shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(q.shape)}")
+    if lse.shape != (b, h, seqlen_q):
+        raise ValueError(f"lse has shape {tuple(lse.shape)}, expected {(b, h, seqlen_q)}")
     sm_scale = softmax_scale(d, sm_scale)
-    dq = torch.zeros(q.shape, device=q.device, dtype=q.dtype)
-    dk = torch.zeros(k.shape, device=k.device, dtype=k.dtype)
-    dv = torch.zeros(v.shape, device=v.device, dtype=v.dtype)
+    configs = _bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
+    _LAST_BWD_CONFIG[0] = configs
     if q.numel() == 0 or k.numel() == 0:
-        return dq, dk, dv
+        # nothing to launch: the gradients of an empty side, or of rows that see no key, are zeros
+        return tuple(torch.zeros(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
     do = do.to(q.dtype)
-    # Δ_i = Σ_j dO_ij · O_ij (= Σ_j P_ij dP_ij): one O(N·d) pass, done in fp32
-    delta = (do.float() * out.float()).sum(-1).contiguous()
+    # the kernels write every element of these (a query row that sees no key gets an explicit 0)
+    dq = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
+    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
     lse = lse.contiguous()
-    default = BWD_CONFIG_INTERPRET if INTERPRET else BWD_CONFIG
-    c1, c2 = dkdv_config or default, dq_config or default
-    block_d = max(16, triton.next_power_of_2(d))
-    common = (
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+    delta = torch.empty_like(lse)
+    _launch_backward(
+        do, q, k, v, out, lse, delta, dq, dk, dv,
+        strides=[t.stride() for t in (q, k, v, do, out, dq, dk)], lse_strides=(lse.stride(0), lse.stride(1)),
+        batch=b, heads=h, kv_heads=k.shape[1], seqlen_q=seqlen_q, seqlen_k=k.shape[2], head_dim=d,
+        causal=bool(causal), sm_scale=sm_scale, configs=configs,
     )  # fmt: skip
-    constants = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32)
+    return dq, dk, dv
+
+
+def _delta_rows_per_program(block_d: int) -> int:
+    # about 8K elements of O and of dO per program: 64 rows at head dim 128
+    return max(16, min(128, 8192 // block_d))
+
+
+def _launch_backward(
+    do, q, k, v, out, lse, delta, dq, dk, dv, *, strides, lse_strides, batch, heads, kv_heads,
+    seqlen_q, seqlen_k, head_dim, causal, sm_scale, configs: FA2BwdConfig,
+) -> None:  # fmt: skip
+    """Δ, then the dK/dV and dQ passes. ``strides``: of q, k, v, do, out, dq and dk (= dv), each in
+    (batch, head, row, dim) order; ``lse_strides``: (batch, head) of the logsumexp and of Δ."""
+    s_q, s_k, s_v, s_do, s_o, s_dq, s_dk = strides
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    c1, c2 = configs
+    constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
+                     EVEN_D=head_dim == block_d)  # fmt: skip
+    common = (*s_q, *s_k, *s_v, *s_do)
     switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
     with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
-        hk = k.shape[1]
-        _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, c1.block_n), b * hk)](
-            q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(),
-            h, hk, h // hk, seqlen_q, seqlen_k, float(sm_scale), **constants,
+        rows = _delta_rows_per_program(block_d)
+        _attn_bwd_delta_kernel[(triton.cdiv(seqlen_q, rows), batch * heads)](
+            out, do, delta, *s_o, *s_do, *lse_strides, heads, seqlen_q,
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=rows,
+        )  # fmt: skip
+        _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, c1.block_n), batch * kv_heads)](
+            q, k, v, do, lse, delta, dk, dv, *common, *s_dk, *lse_strides,
+            heads, kv_heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale), **constants,
             BLOCK_M=c1.block_m, BLOCK_N=c1.block_n, num_warps=c1.num_warps, num_stages=c1.num_stages,
         )  # fmt: skip
-        _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, c2.block_m), b * h)](
-            q, k, v, do, lse, delta, dq, *common, *dq.stride(),
-            h, h // hk, seqlen_q, seqlen_k, float(sm_scale), **constants,
+        _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, c2.block_m), batch * heads)](
+            q, k, v, do, lse, delta, dq, *common, *s_dq, *lse_strides,
+            heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale), **constants,
+            EVEN_N=seqlen_k % c2.block_n == 0,
             BLOCK_M=c2.block_m, BLOCK_N=c2.block_n, num_warps=c2.num_warps, num_stages=c2.num_stages,
         )  # fmt: skip
-    return dq, dk, dv
 
 
 class _FlashAttention2(torch.autograd.Function):

@@ -183,116 +183,104 @@ def _attn_fwd_kernel(
 
 
 @triton.jit
-def _attn_bwd_p(
-    q,  # (BLOCK_M, BLOCK_D)
-    k,  # (BLOCK_N, BLOCK_D)
-    lse2,  # (BLOCK_M,) logsumexp in the log2 domain
-    offs_m,
-    offs_n,
-    seqlen_q,
-    seqlen_k,
-    diag,
-    qk_scale,  # sm_scale * log2(e)
-    IS_CAUSAL: tl.constexpr,
-    IS_FP32: tl.constexpr,
-):
-    """Recompute the probabilities P (BLOCK_M, BLOCK_N) of one tile from Q, K and the saved logsumexp."""
-    if IS_FP32:
-        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-    else:
-        qk = tl.dot(q, tl.trans(k))
-    keep = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
-    if IS_CAUSAL:
-        keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag)
-    # rows that see no key have lse = -inf and every entry masked: where() keeps the inf out
-    p = tl.math.exp2(qk * qk_scale - lse2[:, None])
-    return tl.where(keep, p, 0.0)
-
-
-@triton.jit
-def _attn_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
+def _attn_bwd_delta_kernel(
+    Out,  # (B, H, Nq, d) the forward's output
+    DO,  # (B, H, Nq, d) its upstream gradient
+    DELTA,  # (B, H, Nq) fp32, rows contiguous: Δ_i = Σ_j dO_ij · O_ij
+    stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    stride_gb, stride_gh, stride_gn, stride_gd,  # of DK and DV: contiguous, the shape of K
+    stride_lb, stride_lh,  # of DELTA (its row stride is 1)
     num_heads,
-    num_kv_heads,
-    group,  # query heads per K/V head: their contributions are summed here, in order
-    seqlen_q,
-    seqlen_k,
-    sm_scale,
+    seqlen,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    IS_FP32: tl.constexpr,
     BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """dK and dV of one block of BLOCK_N keys of one K/V head: a pass over the query blocks of every
-    query head of its group that can see it.
-
-    Each program owns its dK/dV rows, so no atomics are needed and the result is deterministic.
-    """
-    start_n = tl.program_id(0) * BLOCK_N
-    off_bhk = tl.program_id(1)
-    off_b = (off_bhk // num_kv_heads).to(tl.int64)
-    off_hk = (off_bhk % num_kv_heads).to(tl.int64)
-    offs_n = start_n + tl.arange(0, BLOCK_N)
+    """Δ for BLOCK_M rows of one batch·head, accumulated in fp32 without an fp32 copy of O or dO in HBM."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d[None, :] < HEAD_DIM
-    kv_mask = (offs_n[:, None] < seqlen_k) & d_ok
-    k = tl.load(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn
-                + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
-    v = tl.load(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn
-                + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
-    qk_scale = sm_scale * 1.4426950408889634
-    diag = seqlen_k - seqlen_q
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    # query rows before start_n - diag see none of these keys under the causal mask
-    lo = 0
-    if IS_CAUSAL:
-        lo = (tl.maximum(start_n - diag, 0) // BLOCK_M) * BLOCK_M
-    for g in range(0, group):
-        off_h = off_hk * group + g
-        off_bh = off_b * num_heads + off_h
-        dk, dv = _attn_bwd_dkdv_head(
-            dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, off_bh,
-            stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
-            offs_n, offs_d, d_ok, lo, seqlen_q, seqlen_k, diag, qk_scale,
-            IS_CAUSAL, IS_FP32, BLOCK_M,
-        )  # fmt: skip
-    dk = dk * sm_scale
-    out_mask = kv_mask
-    g_off = off_b * stride_gb + off_hk * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gd
-    tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=out_mask)
-    tl.store(DV + g_off, dv.to(DV.dtype.element_ty), mask=out_mask)
+    m_ok = offs_m < seqlen
+    mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om
+                + offs_d[None, :] * stride_od, mask=mask, other=0.0)  # fmt: skip
+    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dod, mask=mask, other=0.0)  # fmt: skip
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + off_b * stride_lb + off_h * stride_lh + offs_m, delta, mask=m_ok)
 
 
 @triton.jit
-def _attn_bwd_dkdv_head(
-    dk, dv, k, v, Q, DO, LSE, DELTA, off_b, off_h, off_bh,
-    stride_qb, stride_qh, stride_qm, stride_qd, stride_dob, stride_doh, stride_dom, stride_dod,
-    offs_n, offs_d, d_ok, lo, seqlen_q, seqlen_k, diag, qk_scale,
-    IS_CAUSAL: tl.constexpr,
-    IS_FP32: tl.constexpr,
+def _attn_bwd_dkdv_tiles(
+    dk,  # (BLOCK_N, BLOCK_D) fp32, this key block's dK so far (unscaled)
+    dv,  # (BLOCK_N, BLOCK_D) fp32
+    k,  # (BLOCK_N, BLOCK_D) input dtype, pre-loaded (rows past seqlen_k are 0)
+    v,  # (BLOCK_N, BLOCK_D)
+    Q_head,  # this query head's row 0 of Q (scalar pointer)
+    DO_head,  # and of dO
+    LSE_head,  # and of the logsumexp (natural log), rows contiguous
+    DELTA_head,  # and of Δ, rows contiguous
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    offs_m0,  # arange(0, BLOCK_M)
+    offs_n,  # start_n + arange(0, BLOCK_N)
+    offs_d,
+    lo,
+    hi,  # query rows [lo, hi), both multiples of BLOCK_M (hi may also be seqlen_q)
+    seqlen_q,
+    seqlen_k,
+    diag,  # seqlen_k - seqlen_q: bottom-right causal alignment
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """One query head's contribution to a K/V block's dK and dV (unscaled)."""
-    for start_m in range(lo, seqlen_q, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        m_ok = offs_m < seqlen_q
-        q_mask = m_ok[:, None] & d_ok
-        q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm
-                    + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)  # fmt: skip
-        do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                     + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
-        lse = tl.load(LSE + off_bh * seqlen_q + offs_m, mask=m_ok, other=0.0)
-        delta = tl.load(DELTA + off_bh * seqlen_q + offs_m, mask=m_ok, other=0.0)
-        p = _attn_bwd_p(q, k, lse * 1.4426950408889634, offs_m, offs_n, seqlen_q, seqlen_k, diag, qk_scale,
-                        IS_CAUSAL, IS_FP32)  # fmt: skip
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    IS_FP32: tl.constexpr,
+):
+    """One query head's contribution to a key block's dK and dV over the query tiles [lo, hi).
+
+    MASKED=False is the fast loop, for query tiles that lie inside seqlen_q and whose every row sees every
+    key of the block: no bounds masks on the loads, no causal ``where``. Neither loop masks P by the
+    sequence ends: query rows past seqlen_q load Q = dO = 0 and add exactly 0 to dK and dV, and key
+    columns past seqlen_k only reach their own rows of dK/dV, which are never stored.
+    """
+    for start_m in range(lo, hi, BLOCK_M):
+        # addresses from 1-D offsets inside the loop: loop-carried 2-D pointer tiles cost registers
+        offs_m = start_m + offs_m0
+        q_ptrs = Q_head + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        do_ptrs = DO_head + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        if MASKED:
+            m_ok = offs_m < seqlen_q
+            if EVEN_D:
+                q_mask = m_ok[:, None]
+            else:
+                q_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+            q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+            do = tl.load(do_ptrs, mask=q_mask, other=0.0)
+            lse = tl.load(LSE_head + offs_m, mask=m_ok, other=0.0)
+            delta = tl.load(DELTA_head + offs_m, mask=m_ok, other=0.0)
+        else:
+            if EVEN_D:
+                q = tl.load(q_ptrs)
+                do = tl.load(do_ptrs)
+            else:
+                q = tl.load(q_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+                do = tl.load(do_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+            lse = tl.load(LSE_head + offs_m)
+            delta = tl.load(DELTA_head + offs_m)
+        if IS_FP32:
+            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            qk = tl.dot(q, tl.trans(k))
+        p = tl.math.exp2(qk * qk_scale - lse[:, None] * 1.4426950408889634)
+        if MASKED and IS_CAUSAL:
+            # a query row that sees no key has lse = -inf (p = inf) and every key hidden: where() keeps it out
+            p = tl.where(offs_n[None, :] <= offs_m[:, None] + diag, p, 0.0)
         if IS_FP32:
             dv += tl.dot(tl.trans(p), do, input_precision="ieee")
             dp = tl.dot(do, tl.trans(v), input_precision="ieee")
@@ -308,15 +296,24 @@ def _attn_bwd_dkdv_head(
 
 
 @triton.jit
-def _attn_bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ,
+def _attn_bwd_dkdv_kernel(
+    Q,  # (B, H, Nq, d)
+    K,  # (B, H_kv, Nk, d)
+    V,  # (B, H_kv, Nk, d)
+    DO,  # (B, H, Nq, d)
+    LSE,  # (B, H, Nq) fp32, rows contiguous
+    DELTA,  # (B, H, Nq) fp32, the same layout as LSE
+    DK,  # (B, H_kv, Nk, d)
+    DV,  # (B, H_kv, Nk, d), the strides of DK
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    stride_gb, stride_gh, stride_gm, stride_gd,  # of DQ: contiguous, the shape of Q
+    stride_gb, stride_gh, stride_gn, stride_gd,  # of DK and DV
+    stride_lb, stride_lh,  # of LSE and DELTA
     num_heads,
-    group,
+    num_kv_heads,
+    group,  # query heads per K/V head: their contributions are summed here, in order
     seqlen_q,
     seqlen_k,
     sm_scale,
@@ -324,41 +321,134 @@ def _attn_bwd_dq_kernel(
     BLOCK_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     IS_FP32: tl.constexpr,
+    EVEN_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """dQ of one block of BLOCK_M queries: a pass over the key blocks it can see (deterministic)."""
-    start_m = tl.program_id(0) * BLOCK_M
-    off_bh = tl.program_id(1)
-    off_b = (off_bh // num_heads).to(tl.int64)
-    off_h = (off_bh % num_heads).to(tl.int64)
-    off_hk = off_h // group
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    """dK and dV of one block of BLOCK_N keys of one K/V head: a pass over the query tiles of every
+    query head of its group that can see it.
+
+    Each program owns its dK/dV rows, so no atomics are needed and the result is deterministic.
+    """
+    start_n = tl.program_id(0) * BLOCK_N
+    off_bhk = tl.program_id(1)
+    off_b = (off_bhk // num_kv_heads).to(tl.int64)
+    off_hk = (off_bhk % num_kv_heads).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d[None, :] < HEAD_DIM
-    m_ok = offs_m < seqlen_q
-    q_mask = m_ok[:, None] & d_ok
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=q_mask, other=0.0)  # fmt: skip
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
-    lse = tl.load(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
-    delta = tl.load(DELTA + off_bh.to(tl.int64) * seqlen_q + offs_m, mask=m_ok, other=0.0)
+    kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    k = tl.load(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn
+                + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
+    v = tl.load(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn
+                + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
     qk_scale = sm_scale * 1.4426950408889634
     diag = seqlen_k - seqlen_q
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    hi = seqlen_k
-    if IS_CAUSAL:  # keys past the last row's diagonal are hidden from the whole block
-        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), 0)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n[:, None] < seqlen_k) & d_ok
-        k = tl.load(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn
-                    + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
-        v = tl.load(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn
-                    + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
-        p = _attn_bwd_p(q, k, lse * 1.4426950408889634, offs_m, offs_n, seqlen_q, seqlen_k, diag, qk_scale,
-                        IS_CAUSAL, IS_FP32)  # fmt: skip
+
+    # Query tiles, in order: [lo, mid) cross the causal diagonal of this key block (masked); [mid, full_end)
+    # see all of it and lie inside seqlen_q (the fast loop); [tail, seqlen_q) is the partial last tile.
+    full_end = (seqlen_q // BLOCK_M) * BLOCK_M
+    if IS_CAUSAL:
+        # rows before start_n - diag see none of these keys; rows from start_n + BLOCK_N - 1 - diag see all
+        lo = (tl.maximum(start_n - diag, 0) // BLOCK_M) * BLOCK_M
+        mid = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - diag, 0), BLOCK_M) * BLOCK_M
+        mid = tl.maximum(tl.minimum(mid, full_end), lo)
+        tail = tl.maximum(full_end, mid)
+    else:
+        lo = 0
+        mid = 0
+        tail = full_end
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    for g in range(0, group):
+        off_h = off_hk * group + g
+        q_head = Q + off_b * stride_qb + off_h * stride_qh
+        do_head = DO + off_b * stride_dob + off_h * stride_doh
+        lse_head = LSE + off_b * stride_lb + off_h * stride_lh
+        delta_head = DELTA + off_b * stride_lb + off_h * stride_lh
+        dk, dv = _attn_bwd_dkdv_tiles(
+            dk, dv, k, v, q_head, do_head, lse_head, delta_head, stride_qm, stride_qd, stride_dom, stride_dod,
+            offs_m0, offs_n, offs_d,
+            lo, mid, seqlen_q, seqlen_k, diag, qk_scale,
+            HEAD_DIM, BLOCK_M, True, IS_CAUSAL, EVEN_D, IS_FP32,
+        )  # fmt: skip
+        dk, dv = _attn_bwd_dkdv_tiles(
+            dk, dv, k, v, q_head, do_head, lse_head, delta_head, stride_qm, stride_qd, stride_dom, stride_dod,
+            offs_m0, offs_n, offs_d,
+            mid, full_end, seqlen_q, seqlen_k, diag, qk_scale,
+            HEAD_DIM, BLOCK_M, False, IS_CAUSAL, EVEN_D, IS_FP32,
+        )  # fmt: skip
+        dk, dv = _attn_bwd_dkdv_tiles(
+            dk, dv, k, v, q_head, do_head, lse_head, delta_head, stride_qm, stride_qd, stride_dom, stride_dod,
+            offs_m0, offs_n, offs_d,
+            tail, seqlen_q, seqlen_q, seqlen_k, diag, qk_scale,
+            HEAD_DIM, BLOCK_M, True, IS_CAUSAL, EVEN_D, IS_FP32,
+        )  # fmt: skip
+    dk = dk * sm_scale
+    g_off = off_b * stride_gb + off_hk * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gd
+    tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + g_off, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _attn_bwd_dq_tiles(
+    dq,  # (BLOCK_M, BLOCK_D) fp32, this query block's dQ so far (unscaled)
+    q,  # (BLOCK_M, BLOCK_D) input dtype, pre-loaded
+    do,  # (BLOCK_M, BLOCK_D)
+    lse2,  # (BLOCK_M,) logsumexp in the log2 domain
+    delta,  # (BLOCK_M,) Δ
+    K_head,  # this K/V head's key 0 (scalar pointer)
+    V_head,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    offs_m,
+    offs_n0,  # arange(0, BLOCK_N)
+    offs_d,
+    lo,
+    hi,  # keys [lo, hi); lo is a multiple of BLOCK_N
+    seqlen_k,
+    diag,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    IS_FP32: tl.constexpr,
+):
+    """A query block's dQ over the key tiles [lo, hi). MASKED=False: tiles inside seqlen_k that every row
+    of the block sees whole (no bounds masks, no ``where``), as in the forward. Query rows past seqlen_q
+    need no mask: their Q, dO, Δ and logsumexp load as 0, and their dQ rows are never stored."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k_ptrs = K_head + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = V_head + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            kv_mask = offs_n[:, None] < seqlen_k
+            if not EVEN_D:
+                kv_mask = kv_mask & (offs_d[None, :] < HEAD_DIM)
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        if IS_FP32:
+            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            qk = tl.dot(q, tl.trans(k))
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            # a row that sees no key has lse = -inf (p = inf) and every key masked: where() keeps it out
+            keep = offs_n[None, :] < seqlen_k
+            if IS_CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag)
+            p = tl.where(keep, p, 0.0)
         if IS_FP32:
             dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         else:
@@ -368,6 +458,86 @@ def _attn_bwd_dq_kernel(
             dq += tl.dot(ds, k, input_precision="ieee")
         else:
             dq += tl.dot(ds.to(k.dtype), k)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(
+    Q,  # (B, H, Nq, d)
+    K,  # (B, H_kv, Nk, d)
+    V,  # (B, H_kv, Nk, d)
+    DO,  # (B, H, Nq, d)
+    LSE,  # (B, H, Nq) fp32, rows contiguous
+    DELTA,  # (B, H, Nq) fp32, the same layout as LSE
+    DQ,  # (B, H, Nq, d)
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_gb, stride_gh, stride_gm, stride_gd,  # of DQ
+    stride_lb, stride_lh,  # of LSE and DELTA
+    num_heads,
+    group,
+    seqlen_q,
+    seqlen_k,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """dQ of one block of BLOCK_M queries: a pass over the key tiles it can see (deterministic)."""
+    start_m = tl.program_id(0) * BLOCK_M
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
+    off_hk = off_h // group
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = offs_m < seqlen_q
+    q_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=q_mask, other=0.0)  # fmt: skip
+    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
+    lse_off = off_b * stride_lb + off_h * stride_lh + offs_m
+    lse2 = tl.load(LSE + lse_off, mask=m_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + lse_off, mask=m_ok, other=0.0)
+    k_head = K + off_b * stride_kb + off_hk * stride_kh
+    v_head = V + off_b * stride_vb + off_hk * stride_vh
+    qk_scale = sm_scale * 1.4426950408889634
+
+    # Key tiles as in the forward: [0, full_hi) visible to every row of the block (the fast loop),
+    # [full_hi, hi) crossing the causal diagonal or the sequence end (masked); the rest is hidden.
+    if IS_CAUSAL:
+        diag = seqlen_k - seqlen_q
+        first_partial = tl.maximum(start_m + diag + 1, 0)  # keys below this are visible to every row
+        full_hi = (first_partial // BLOCK_N) * BLOCK_N
+        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), full_hi)
+    else:
+        diag = 0
+        if EVEN_N:
+            full_hi = seqlen_k
+        else:
+            full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
+        hi = seqlen_k
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    dq = _attn_bwd_dq_tiles(
+        dq, q, do, lse2, delta, k_head, v_head, stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_n0, offs_d,
+        0, full_hi, seqlen_k, diag, qk_scale,
+        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, IS_FP32,
+    )  # fmt: skip
+    dq = _attn_bwd_dq_tiles(
+        dq, q, do, lse2, delta, k_head, v_head, stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_n0, offs_d,
+        full_hi, hi, seqlen_k, diag, qk_scale,
+        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, IS_FP32,
+    )  # fmt: skip
     dq = dq * sm_scale
     tl.store(DQ + off_b * stride_gb + off_h * stride_gh + offs_m[:, None] * stride_gm + offs_d[None, :] * stride_gd,
              dq.to(DQ.dtype.element_ty), mask=q_mask)  # fmt: skip

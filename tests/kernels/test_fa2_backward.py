@@ -15,6 +15,7 @@ import torch
 from attention_checks import assert_gradients_match, output_and_grads, random_tensors
 
 from kernels.attention import fa2
+from kernels.attention.fa2 import FA2Config
 
 F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
 
@@ -97,3 +98,207 @@ def test_backward_refuses_a_mis_shaped_grad(device):
     out, lse = fa2.forward(q, k, v)
     with pytest.raises(ValueError, match="grad_out has shape"):
         fa2.backward(do[:, :, :5], q, k, v, out, lse)
+
+
+def test_backward_refuses_mis_shaped_out_and_lse(device):
+    case = Case(1, 2, 17, 17, 16, False, F32)
+    q, k, v, do = _inputs(case, device)
+    out, lse = fa2.forward(q, k, v)
+    with pytest.raises(ValueError, match="out has shape"):
+        fa2.backward(do, q, k, v, out[:, :1], lse)
+    with pytest.raises(ValueError, match="lse has shape"):
+        fa2.backward(do, q, k, v, out, lse.transpose(1, 2))
+
+
+def test_broadcast_upstream_gradient(device):
+    """``out.sum().backward()`` hands the kernels a dO with stride 0 everywhere (an expanded scalar)."""
+    case = Case(1, 2, 37, 37, 32, True, F32)
+    q, k, v, _ = _inputs(case, device)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    fa2.attention(*leaves, causal=True).sum().backward()
+    ones = torch.ones_like(q)
+    ours = [x.grad for x in leaves]
+    expected = assert_gradients_match("dO = ones", lambda *t: fa2.attention(*t, causal=True), q, k, v, ones, True)
+    for a, b in zip(ours, expected[1:], strict=True):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tiles: the unmasked fast loops and the masked ones must meet exactly, for any BLOCK_M × BLOCK_N
+# ---------------------------------------------------------------------------------------------------
+
+BWD_PINS = [
+    pytest.param("dkdv=BLOCK_M=32,BLOCK_N=16,num_warps=4,num_stages=1;dq=BLOCK_M=16,BLOCK_N=32,num_warps=4,num_stages=1",
+                 id="dkdv-m32n16-dq-m16n32"),
+    pytest.param("dkdv=BLOCK_M=16,BLOCK_N=32,num_warps=4,num_stages=1;dq=BLOCK_M=32,BLOCK_N=16,num_warps=4,num_stages=1",
+                 id="dkdv-m16n32-dq-m32n16"),
+]  # fmt: skip
+
+TILE_CASES = [
+    # every tile full: only the fast loops and the diagonal
+    pytest.param(Case(1, 1, 64, 64, 16, True, F16), id="n64-causal-f16"),
+    pytest.param(Case(1, 1, 64, 64, 32, False, F32), id="n64-f32"),
+    # partial last tiles on both sides, the diagonal shifted both ways (bottom-right alignment)
+    pytest.param(Case(1, 1, 45, 83, 24, True, F32), id="nq45-nk83-d24-causal-f32"),
+    pytest.param(Case(1, 1, 83, 45, 16, True, F16), id="nq83-nk45-causal-f16"),
+    pytest.param(Case(1, 1, 50, 71, 16, False, F16), id="nq50-nk71-f16"),
+    # diagonal offsets Nk - Nq of ±1 and ≡ -2, 1 (mod 16): where a tile boundary sits one row off the
+    # first row that sees a key block, or off the first row that sees all of it
+    pytest.param(Case(1, 1, 50, 64, 16, True, F32), id="nq50-nk64-causal-f32"),
+    pytest.param(Case(1, 1, 47, 64, 16, True, F32), id="nq47-nk64-causal-f32"),
+    pytest.param(Case(1, 1, 64, 49, 16, True, F32), id="nq64-nk49-causal-f32"),
+    pytest.param(Case(1, 1, 33, 34, 16, True, F16), id="nq33-nk34-causal-f16"),
+    pytest.param(Case(1, 1, 34, 33, 16, True, F16), id="nq34-nk33-causal-f16"),
+]
+
+
+@pytest.mark.parametrize("pin", BWD_PINS)
+@pytest.mark.parametrize("case", TILE_CASES)
+def test_pinned_tiles_match_float64(case: Case, pin, device, monkeypatch):
+    monkeypatch.setenv(fa2.BWD_CONFIG_ENV, pin)
+    q, k, v, do = _inputs(case, device, seed=11)
+    assert_gradients_match(f"{case} {pin}", lambda *t: fa2.attention(*t, causal=case.causal), q, k, v, do,
+                           case.causal)  # fmt: skip
+    assert str(fa2.last_bwd_config()) == pin
+
+
+class _PoisonedTorch:
+    """``torch`` as ``fa2`` sees it, except that fresh buffers come filled with NaN instead of garbage."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty_like(t, **kwargs):
+        return torch.full_like(t, float("nan"), **kwargs)
+
+    @staticmethod
+    def empty(*shape, **kwargs):
+        return torch.full(*shape, float("nan"), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "case, kv_heads",
+    [
+        pytest.param(Case(1, 2, 45, 20, 24, True, F16), 2, id="nq45-nk20-causal-blind-rows"),
+        pytest.param(Case(2, 4, 32, 48, 16, False, F32), 1, id="mqa-even-tiles"),
+        pytest.param(Case(1, 2, 20, 45, 16, True, F32), 2, id="nq20-nk45-causal"),
+    ],
+)
+def test_every_gradient_written(case: Case, kv_heads, device, monkeypatch):
+    """dq/dk/dv and Δ come from torch.empty: every element must be written by a kernel."""
+    q, _, _, do = _inputs(case, device, seed=12)
+    k, v = random_tensors([(case.batch, kv_heads, case.seqlen_k, case.head_dim)] * 2, case.dtype, device, 13)
+    out, lse = fa2.forward(q, k, v, causal=case.causal)
+    clean = fa2.backward(do, q, k, v, out, lse, causal=case.causal)
+    monkeypatch.setattr(fa2, "torch", _PoisonedTorch())
+    poisoned = fa2.backward(do, q, k, v, out, lse, causal=case.causal)
+    monkeypatch.undo()
+    for name, a, b in zip(("dq", "dk", "dv"), poisoned, clean, strict=True):
+        assert not torch.isnan(a).any(), f"{name}: elements left unwritten (still NaN)"
+        assert torch.equal(a, b), name
+
+
+# ---------------------------------------------------------------------------------------------------
+# Backward configurations: defaults, fit check, pinning
+# ---------------------------------------------------------------------------------------------------
+
+H200_SMEM = 232448  # bytes of shared memory per block that Triton reports for an H100/H200
+C = FA2Config
+
+
+@pytest.mark.parametrize(
+    "head_dim, causal, dkdv, dq",
+    [
+        pytest.param(64, False, C(64, 64, 4, 3), C(128, 64, 8, 2), id="d64"),
+        pytest.param(64, True, C(64, 64, 4, 3), C(64, 64, 4, 3), id="d64-causal"),
+        pytest.param(32, False, C(64, 64, 4, 3), C(128, 64, 8, 2), id="d32-as-d64"),
+        pytest.param(128, False, C(64, 64, 4, 2), C(128, 128, 8, 2), id="d128"),
+        pytest.param(96, True, C(64, 64, 4, 2), C(128, 128, 8, 2), id="d96-causal-as-d128"),
+        pytest.param(256, False, C(64, 64, 8, 2), C(64, 64, 4, 2), id="d256"),
+    ],
+)
+def test_h200_defaults_are_the_sweep_winners(head_dim, causal, dkdv, dq):
+    assert fa2.gpu_bwd_configs(head_dim, causal, smem_limit=H200_SMEM) == (dkdv, dq)
+
+
+@pytest.mark.parametrize("smem_limit", [166912, 101376, 65536], ids=["163KiB", "99KiB", "64KiB"])
+@pytest.mark.parametrize("elem_bytes", [2, 4], ids=["f16", "f32"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_smaller_gpus_fall_back_to_tiles_that_fit(head_dim, elem_bytes, smem_limit):
+    block_d = max(64, head_dim)
+    for causal in (False, True):
+        chosen = fa2.gpu_bwd_configs(head_dim, causal, elem_bytes=elem_bytes, smem_limit=smem_limit)
+        swept = fa2.gpu_bwd_configs(head_dim, causal, smem_limit=1 << 30)
+        for which, cfg, best in zip(("dkdv", "dq"), chosen, swept, strict=True):
+            fits = fa2._bwd_fits(which, cfg, block_d, elem_bytes, smem_limit)
+            assert fits or cfg == C(16, 16, 4, 1), f"{which} {cfg} does not fit {smem_limit} bytes"
+            if fa2._bwd_fits(which, best, block_d, elem_bytes, smem_limit):
+                assert cfg == best  # the sweep's winner whenever it fits
+
+
+def test_fp32_at_d128_falls_back_on_h200():
+    chosen = fa2.gpu_bwd_configs(128, False, elem_bytes=4, smem_limit=H200_SMEM)
+    assert chosen.dkdv == C(64, 64, 4, 2) and chosen.dq == C(64, 64, 4, 2)
+
+
+def test_interpreter_default_is_small(device):
+    if device == "cpu":
+        assert fa2.default_bwd_configs(128, True) == (C(16, 16, 4, 1), C(16, 16, 4, 1))
+
+
+@pytest.mark.parametrize("head_dim", [0, 257])
+def test_bwd_configs_refuse_bad_head_dim(head_dim):
+    with pytest.raises(ValueError, match=f"head_dim {head_dim} is not supported"):
+        fa2.gpu_bwd_configs(head_dim, False, smem_limit=H200_SMEM)
+
+
+def test_bwd_config_round_trips():
+    cfg = fa2.FA2BwdConfig(C(64, 64, 4, 2), C(128, 128, 8, 2))
+    text = str(cfg)
+    assert text == (
+        "dkdv=BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2;dq=BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=2"
+    )
+    assert fa2.FA2BwdConfig.parse(text) == cfg
+    spaced = " dq=BLOCK_M=16,BLOCK_N=32,num_warps=4,num_stages=1 ; dkdv=" + str(C(32, 16, 4, 1))
+    assert fa2.FA2BwdConfig.parse(spaced) == (C(32, 16, 4, 1), C(16, 32, 4, 1))
+    dkdv, dq = cfg  # a pair
+    assert (dkdv, dq) == (cfg.dkdv, cfg.dq)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        pytest.param("", "cannot parse FA-2 backward config", id="empty"),
+        pytest.param(str(C(64, 64, 4, 2)), "cannot parse FA-2 backward config", id="forward-form"),
+        pytest.param("dkdv=" + str(C(64, 64, 4, 2)), "must set both passes", id="one-pass"),
+        pytest.param("dkdv=" + str(C(64, 64, 4, 2)) + ";dkdv=" + str(C(64, 64, 4, 2)), "cannot parse", id="twice"),
+        pytest.param("dk=" + str(C(64, 64, 4, 2)) + ";dq=" + str(C(64, 64, 4, 2)), "cannot parse", id="bad-name"),
+        pytest.param("dkdv=BLOCK_M=64;dq=" + str(C(64, 64, 4, 2)), "must set all of", id="bad-config"),
+    ],
+)
+def test_bwd_config_parse_rejects_garbage(text, match):
+    with pytest.raises(ValueError, match=match):
+        fa2.FA2BwdConfig.parse(text)
+
+
+def test_explicit_pass_config_beats_the_environment(device, monkeypatch):
+    pinned = fa2.FA2BwdConfig(C(16, 32, 4, 1), C(32, 16, 4, 1))
+    monkeypatch.setenv(fa2.BWD_CONFIG_ENV, str(pinned))
+    q, k, v, do = _inputs(Case(1, 1, 33, 33, 16, True, F32), device)
+    out, lse = fa2.forward(q, k, v, causal=True)
+    ref = fa2.backward(do, q, k, v, out, lse, True)
+    assert fa2.last_bwd_config() == pinned
+    explicit = C(16, 16, 4, 1)
+    grads = fa2.backward(do, q, k, v, out, lse, True, dkdv_config=explicit)
+    assert fa2.last_bwd_config() == (explicit, pinned.dq)
+    for a, b in zip(grads, ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_bwd_env_garbage_is_refused(device, monkeypatch):
+    monkeypatch.setenv(fa2.BWD_CONFIG_ENV, "dkdv=fast")
+    q, k, v, do = _inputs(Case(1, 1, 17, 17, 16, False, F32), device)
+    out, lse = fa2.forward(q, k, v)
+    with pytest.raises(ValueError, match="cannot parse FA-2 config"):
+        fa2.backward(do, q, k, v, out, lse)
