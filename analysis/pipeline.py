@@ -64,7 +64,7 @@ def run_attention_shard(spec: dict, env_json: str | Path, out_csv: str | Path) -
 
     env = check_gpu(json.loads(Path(env_json).read_text())["gpu"])
     s = attention.Spec(**spec)
-    log.info("shard %s: %d points", Path(out_csv).stem, len(s.seqlens) * len(s.impls))
+    log.info("shard %s: %d points", Path(out_csv).stem, s.points())
     rows = attention.run(s, env, device="cuda", log_line=log.info)
     return tables.write_rows(rows, out_csv)
 

@@ -538,3 +538,37 @@ def test_run_rows_survive_a_round_trip(env, device, tmp_path):
     assert back["status"].tolist() == ["ok", "ok"]
     assert back["max_abs_err"].tolist() == pytest.approx([r["max_abs_err"] for r in rows], rel=1e-12)
     assert isinstance(back, pd.DataFrame) and list(back.columns) == tables.COLUMNS
+
+
+def test_read_rows_of_an_older_table_without_the_optional_columns(tmp_path):
+    """Tables written before tokens/model_bytes/gbps/pad_waste existed still load, with those as NaN."""
+    old = tmp_path / "old.csv"
+    tables.to_frame([_row()]).drop(columns=tables.OPTIONAL).to_csv(old, index=False)
+    new = tmp_path / "new.csv"
+    tables.write_rows([_row(experiment="decode", model_bytes=4096.0, gbps=2.0)], new)
+    back = tables.read_rows([old, new])
+    assert list(back.columns) == tables.COLUMNS
+    assert back[tables.OPTIONAL].iloc[0].isna().all()
+    assert (back.loc[1, "model_bytes"], back.loc[1, "gbps"]) == (4096.0, 2.0)
+
+
+def test_shipped_reference_table_still_loads():
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "reports" / "reference" / "h200" / "attention.csv"
+    back = tables.read_rows([shipped])
+    assert len(back) > 0 and back["gbps"].isna().all()
+
+
+def test_result_schema_describes_every_column():
+    from pathlib import Path
+
+    import yaml
+
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "result.schema.yaml").read_text()
+    )
+    assert list(schema["properties"]) == tables.COLUMNS
+    assert set(schema["required"]) == set(tables.COLUMNS) - set(tables.OPTIONAL)
+    assert all(p.get("description") for p in schema["properties"].values())
+    assert schema["properties"]["status"]["enum"] == list(tables.STATUSES)
