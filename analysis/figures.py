@@ -12,6 +12,7 @@ a partial run still gets a report.
 from __future__ import annotations
 
 import json
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,7 +53,7 @@ _SPARE_COLOURS = ["#17becf", "#bcbd22", "#e377c2", "#ff7f0e", "#393b79", "#63793
 DTYPE_ORDER = ["float16", "bfloat16", "float32", "float64"]
 _TRUE = {"true", "1", "1.0", "yes"}
 _SHAPE = ["batch", "heads", "seqlen_q", "seqlen_k", "head_dim"]
-_NUMERIC = ["ms_median", "ms_p20", "ms_p80", "tflops", "peak_mem_mib"]
+_NUMERIC = ["ms_median", "ms_p20", "ms_p80", "tflops", "peak_mem_mib", "model_bytes", "gbps", "pad_waste", "tokens"]
 # Leading columns of every table behind a figure.
 _ID = [
     "gpu",
@@ -65,6 +66,7 @@ _ID = [
     "mode",
     "batch",
     "heads",
+    "heads_kv",
     "seqlen_q",
     "seqlen_k",
 ]
@@ -97,7 +99,7 @@ def prepare(df: pd.DataFrame, experiment: str, several_gpus: bool = False) -> pd
     d = df[df["experiment"] == experiment].copy()
     d["causal"] = _as_bool(d["causal"])
     d["timed"] = _as_bool(d["timed"])
-    for c in _SHAPE + _NUMERIC:
+    for c in _SHAPE + _NUMERIC + ["heads_kv"]:
         d[c] = pd.to_numeric(d[c], errors="coerce")
     # A row without a shape cannot be placed on any axis.
     d = d.dropna(subset=_SHAPE)
@@ -115,6 +117,44 @@ def _panel_label(head_dim: int, causal: bool) -> str:
 def ok_timed(d: pd.DataFrame) -> pd.DataFrame:
     """Rows of a ``prepare``d frame that finished and were timed: the only ones with a valid time."""
     return d[(d["status"] == "ok") & d["timed"]]
+
+
+MAX_LISTED = 8  # failed points named one by one in a figure's note; the rest are counted
+
+
+def failed(d: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a ``prepare``d frame that did not finish."""
+    return d[d["status"] != "ok"]
+
+
+def _point_label(r) -> str:
+    parts = [str(r["impl"])]
+    if r.get("experiment") == "decode":
+        parts.append(f"Nk={_fmt_n(r['seqlen_k'])}")
+    elif r.get("experiment") != "varlen":
+        parts.append(f"N={_fmt_n(r['seqlen_q'])}")
+    parts.append(f"d={r['head_dim']}")
+    if r.get("kernel_config") and r.get("experiment") == "block-sweep":
+        parts.append(str(r["kernel_config"]))
+    return " ".join(parts) + f" ({r['status']})"
+
+
+def missing_note(bad: pd.DataFrame) -> str:
+    """One line naming the points that were attempted but not drawn ("" if none)."""
+    if bad.empty:
+        return ""
+    labels = [_point_label(r) for r in bad.to_dict("records")]
+    listed = "; ".join(labels[:MAX_LISTED])
+    more = f"; and {len(labels) - MAX_LISTED} more" if len(labels) > MAX_LISTED else ""
+    return f"Not drawn, {len(labels)} point(s) that did not finish: {listed}{more} (see the failures table)."
+
+
+def _note(fig, text: str) -> None:
+    """A note under a figure (what is missing from it); kept by ``bbox_inches="tight"`` when saved."""
+    if text:
+        # a tenth of an inch below the figure's bottom edge, so it never covers an axis label
+        fig.text(0.01, -0.1 / fig.get_figheight(), "\n".join(textwrap.wrap(text, 150)), ha="left", va="top",
+                 fontsize=7.5, color="#444")  # fmt: skip
 
 
 def _require(d: pd.DataFrame, what: str) -> None:
@@ -233,19 +273,23 @@ def _theme():
 
 def fa2_forward(df: pd.DataFrame) -> pd.DataFrame:
     """Finished, timed forward rows of the ``fa2-setting`` experiment, ``prepare``d."""
+    return fa2_mode(df, "fwd")
+
+
+def fa2_mode(df: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """Finished, timed rows of one mode of the ``fa2-setting`` experiment, ``prepare``d."""
     d = prepare(df, "fa2-setting")
-    return ok_timed(d[d["mode"] == "fwd"])
+    return ok_timed(d[d["mode"] == mode])
 
 
-def attention_tflops(df: pd.DataFrame, out_png) -> pd.DataFrame:
-    """Forward attention throughput (TFLOP/s) against sequence length N in the FlashAttention-2 setting.
+MODE_TEXT = {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward + backward"}
 
-    Experiment ``fa2-setting``, mode ``fwd``: one line per implementation, columns of facets per
-    (head_dim, causal), rows per dtype, log2 x-axis. The band spans the throughput at the 80th and
-    20th percentile times (``tflops * ms_median / ms_p80`` to ``tflops * ms_median / ms_p20``).
-    """
-    d = fa2_forward(df).dropna(subset=["tflops"])
-    _require(d, "no ok timed forward rows for experiment 'fa2-setting'")
+
+def _tflops(df: pd.DataFrame, out_png, mode: str) -> pd.DataFrame:
+    d = fa2_mode(df, mode).dropna(subset=["tflops"])
+    _require(d, f"no ok timed {mode} rows for experiment 'fa2-setting'")
+    prepared = prepare(df, "fa2-setting")
+    bad = prepared[(prepared["mode"] == mode) & (prepared["status"] != "ok")]
     d = d.assign(
         tflops_lo=d["tflops"] * d["ms_median"] / d["ms_p80"],
         tflops_hi=d["tflops"] * d["ms_median"] / d["ms_p20"],
@@ -272,9 +316,11 @@ def attention_tflops(df: pd.DataFrame, out_png) -> pd.DataFrame:
             _log2_x(ax, d["seqlen_q"])
         # after every facet is drawn: the axes share y, and a limit set per facet would clip later ones
         g.axes.flat[0].set_ylim(0, 1.05 * d[["tflops", "tflops_hi"]].max().max())
+        if mode != "fwd" or not bad.empty:
+            _note(g.figure, missing_note(bad))
         _finish(
             g,
-            _title(d, "forward attention throughput"),
+            _title(d, f"{MODE_TEXT[mode]} attention throughput"),
             "sequence length N",
             "TFLOP/s",
             _legend_handles(order),
@@ -290,6 +336,27 @@ def attention_tflops(df: pd.DataFrame, out_png) -> pd.DataFrame:
         "kernel_config",
     ]
     return _tidy(d[cols])
+
+
+def attention_tflops(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Forward attention throughput (TFLOP/s) against sequence length N in the FlashAttention-2 setting.
+
+    Experiment ``fa2-setting``, mode ``fwd``: one line per implementation, columns of facets per
+    (head_dim, causal), rows per dtype, log2 x-axis. The band spans the throughput at the 80th and
+    20th percentile times (``tflops * ms_median / ms_p80`` to ``tflops * ms_median / ms_p20``).
+    """
+    return _tflops(df, out_png, "fwd")
+
+
+def attention_tflops_bwd(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Backward-only throughput (``bwd`` rows of ``fa2-setting``: the gradients, with the forward graph built
+    before timing; FLOPs 2.5× the forward's), same facets and band as ``attention_tflops``."""
+    return _tflops(df, out_png, "bwd")
+
+
+def attention_tflops_fwd_bwd(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Forward + backward throughput (``fwd+bwd`` rows of ``fa2-setting``; FLOPs 3.5× the forward's)."""
+    return _tflops(df, out_png, "fwd+bwd")
 
 
 def speedup_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -349,14 +416,26 @@ def attention_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
 def attention_memory(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """Extra peak memory of one forward call (MiB) against N, log–log, per implementation.
 
-    Experiment ``memory``. Points that ran out of memory are drawn as an "x" in the implementation's
-    colour on the dotted "out of memory" line above all measured values. The returned table holds the
-    measured rows and the out-of-memory rows, told apart by ``status``.
+    Experiment ``memory``, mode ``fwd``. Points that ran out of memory are drawn as an "x" in the
+    implementation's colour on the dotted "out of memory" line above all measured values. The returned
+    table holds the measured rows and the out-of-memory rows, told apart by ``status``.
     """
+    return _memory(df, out_png, "fwd")
+
+
+def attention_memory_fwd_bwd(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Extra peak memory of one forward + backward call (``fwd+bwd`` rows of ``memory``), as
+    ``attention_memory``."""
+    return _memory(df, out_png, "fwd+bwd")
+
+
+def _memory(df: pd.DataFrame, out_png, mode: str) -> pd.DataFrame:
     d = prepare(df, "memory")
+    d = d[d["mode"] == mode]
     ok = ok_timed(d).dropna(subset=["peak_mem_mib"])
     ok = ok[ok["peak_mem_mib"] > 0]  # zero cannot sit on a log axis
-    _require(ok, "no ok timed rows with a peak memory for experiment 'memory'")
+    _require(ok, f"no ok timed {mode} rows with a peak memory for experiment 'memory'")
+    others = d[~d["status"].isin(["ok", "oom"])]
     oom = d[d["status"] == "oom"]
     d = pd.concat([ok, oom], ignore_index=True)
     order = _impl_order(d["impl"].unique())
@@ -385,9 +464,11 @@ def attention_memory(df: pd.DataFrame, out_png) -> pd.DataFrame:
             legend["out of memory"] = Line2D(
                 [], [], color="black", marker="x", markersize=8, markeredgewidth=2, linestyle=":"
             )
+        if not others.empty:
+            _note(g.figure, missing_note(others))
         _finish(
             g,
-            _title(d, "extra peak memory of one forward call"),
+            _title(d, f"extra peak memory of one {MODE_TEXT[mode]} call"),
             "sequence length N",
             "extra peak memory (MiB)",
             legend,
@@ -429,11 +510,26 @@ def _tidy(d: pd.DataFrame, extra_sort: list[str] | None = None) -> pd.DataFrame:
     return d.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
-# figure name -> (function, caption file in reports/captions/)
+# figure name -> (function, caption file in reports/captions/, section: the experiment it shows)
 FIGURES = {
-    "attention_tflops": (attention_tflops, "attention_tflops.rst"),
-    "attention_speedup": (attention_speedup, "attention_speedup.rst"),
-    "attention_memory": (attention_memory, "attention_memory.rst"),
+    "attention_tflops": (attention_tflops, "attention_tflops.rst", "fa2-setting"),
+    "attention_speedup": (attention_speedup, "attention_speedup.rst", "fa2-setting"),
+    "attention_tflops_bwd": (attention_tflops_bwd, "attention_tflops_bwd.rst", "fa2-setting"),
+    "attention_tflops_fwd_bwd": (attention_tflops_fwd_bwd, "attention_tflops_fwd_bwd.rst", "fa2-setting"),
+    "attention_memory": (attention_memory, "attention_memory.rst", "memory"),
+    "attention_memory_fwd_bwd": (attention_memory_fwd_bwd, "attention_memory_fwd_bwd.rst", "memory"),
+}
+# Sections of a GPU's figures in the report, in order: experiment -> title.
+SECTIONS = {
+    "fa2-setting": "FlashAttention-2 setting: throughput per mode",
+    "fa1-setting": "FlashAttention-1 setting (paper Figure 3)",
+    "gain-surface": "Where the IO-aware gain grows and vanishes",
+    "block-sweep": "Block configurations",
+    "rescale-ablation": "Lazy against eager rescaling",
+    "memory": "Memory against sequence length",
+    "decode": "Decoding",
+    "varlen": "Variable-length batches",
+    "traffic": "HBM traffic",
 }
 
 
@@ -504,16 +600,17 @@ def render_all(df: pd.DataFrame, out_dir, registry: dict | None = None, table_so
     ``out_dir``, and ``manifest.json`` listing them.
 
     Returns one dict per figure: ``name``, ``png`` and ``csv`` (paths as str, or None when skipped),
-    ``caption`` (the caption file name) and ``caption_text``, ``reason`` (why it was skipped, else None)
-    and ``table_source`` (the result file drawn from, if given). A figure with nothing to draw is skipped
-    rather than failing, so a partial run still yields a report.
+    ``caption`` (the caption file name) and ``caption_text``, ``reason`` (why it was skipped, else None),
+    ``table_source`` (the result file drawn from, if given) and ``section`` (the experiment the figure
+    belongs to, a key of ``SECTIONS``, from the registry's optional third field). A figure with nothing
+    to draw is skipped rather than failing, so a partial run still yields a report.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    for name, (func, caption) in (registry or FIGURES).items():
+    for name, (func, caption, *section) in (registry or FIGURES).items():
         entry = {"name": name, "png": None, "csv": None, "caption": caption, "caption_text": caption_text(caption),
-                 "reason": None, "table_source": table_source}  # fmt: skip
+                 "reason": None, "table_source": table_source, "section": section[0] if section else None}  # fmt: skip
         png, csv = out_dir / f"{name}.png", out_dir / f"{name}.csv"
         try:
             table = func(df, png)
@@ -528,3 +625,27 @@ def render_all(df: pd.DataFrame, out_dir, registry: dict | None = None, table_so
         entries.append(entry)
     (out_dir / "manifest.json").write_text(json.dumps(entries, indent=2) + "\n")
     return entries
+
+
+# The figures of the other attention experiments, in analysis/attention_figures.py (which uses the helpers
+# above, so it is imported when a figure is drawn rather than here).
+def _deferred(name: str):
+    def draw(df: pd.DataFrame, out_png) -> pd.DataFrame:
+        from analysis import attention_figures
+
+        return getattr(attention_figures, name)(df, out_png)
+
+    draw.__name__ = draw.__qualname__ = name
+    return draw
+
+
+FIGURES.update(
+    {
+        "fa1_figure3": (_deferred("fa1_figure3"), "fa1_figure3.rst", "fa1-setting"),
+        "gain_surface": (_deferred("gain_surface"), "gain_surface.rst", "gain-surface"),
+        "block_sweep": (_deferred("block_sweep"), "block_sweep.rst", "block-sweep"),
+        "rescale_ablation": (_deferred("rescale_ablation"), "rescale_ablation.rst", "rescale-ablation"),
+        "decode_latency": (_deferred("decode_latency"), "decode_latency.rst", "decode"),
+        "varlen_padding": (_deferred("varlen_padding"), "varlen_padding.rst", "varlen"),
+    }
+)

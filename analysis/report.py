@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from analysis.figures import DTYPE_ORDER, OURS, PALETTE, fa2_forward
+from analysis.figures import DTYPE_ORDER, MODE_TEXT, OURS, PALETTE, SECTIONS, fa2_mode
 from analysis.tables import STATUSES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +28,7 @@ CAPTIONS = ROOT / "reports" / "captions"
 TEMPLATE = "report.html.j2"
 REFERENCE = "sdpa-flash"
 RATIO_COLUMN = f"{OURS} / {REFERENCE}"
+CUDNN_RATIO_COLUMN = f"{OURS} / sdpa-cudnn"
 MISSING = "—"
 
 
@@ -108,17 +109,18 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Best forward TFLOP/s per impl at the largest N of each (dtype, head_dim, causal) setting.
+def throughput_summary(df: pd.DataFrame, mode: str = "fwd") -> pd.DataFrame:
+    """Best TFLOP/s of one mode per impl at the largest N of each (dtype, head_dim, causal) setting.
 
-    Experiment ``fa2-setting``, mode ``fwd``. "Largest N" is the largest sequence length at which any
+    Experiment ``fa2-setting``. "Largest N" is the largest sequence length at which any
     implementation finished in that setting, so an impl that failed there shows as missing rather
-    than being compared at a smaller N. The last column is ours divided by sdpa-flash at that N.
+    than being compared at a smaller N. The last columns are ours divided by sdpa-flash and by
+    sdpa-cudnn at that N.
     """
-    d = fa2_forward(df).dropna(subset=["tflops"])
+    d = fa2_mode(df, mode).dropna(subset=["tflops"])
     setting = ["dtype", "head_dim", "causal"]
     if d.empty:
-        return pd.DataFrame(columns=setting + ["N", RATIO_COLUMN])
+        return pd.DataFrame(columns=setting + ["N", RATIO_COLUMN, CUDNN_RATIO_COLUMN])
     largest = d.groupby(setting)["seqlen_q"].transform("max")
     at_n = d[d["seqlen_q"] == largest].rename(columns={"seqlen_q": "N"})
     # Several rows per impl (e.g. kernel configurations) can exist at one point: report the best.
@@ -128,6 +130,7 @@ def throughput_summary(df: pd.DataFrame) -> pd.DataFrame:
     ours = wide[OURS] if OURS in wide.columns else np.nan
     ref = wide[REFERENCE] if REFERENCE in wide.columns else np.nan
     wide[RATIO_COLUMN] = ours / ref
+    wide[CUDNN_RATIO_COLUMN] = ours / (wide["sdpa-cudnn"] if "sdpa-cudnn" in wide.columns else np.nan)
     wide.columns.name = None
     rank = {t: i for i, t in enumerate(DTYPE_ORDER)}
     return (
@@ -183,6 +186,22 @@ def _figure(entry: dict) -> dict:
     return out
 
 
+OTHER_SECTION = "more"
+
+
+def figure_sections(entries: list[dict]) -> list[dict]:
+    """Figures grouped under the experiment they show (``section`` of each manifest entry), in the order
+    of ``analysis.figures.SECTIONS``; entries without a known section come last, under "More figures"."""
+    groups: dict[str, list[dict]] = {}
+    for e in entries:
+        key = e.get("section") if e.get("section") in SECTIONS else OTHER_SECTION
+        groups.setdefault(key, []).append(e)
+    order = [k for k in SECTIONS if k in groups] + ([OTHER_SECTION] if OTHER_SECTION in groups else [])
+    return [
+        {"id": k, "title": SECTIONS.get(k, "More figures"), "figures": [_figure(e) for e in groups[k]]} for k in order
+    ]
+
+
 def _value_text(v) -> str:
     return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else fmt(v)
 
@@ -196,11 +215,23 @@ def _gpu(g: dict) -> dict:
         "name": provenance.get("gpu_name") or g["slug"],
         "source": g.get("source", ""),
         "provenance": [(str(k), _value_text(v)) for k, v in provenance.items()],
-        "figures": [_figure(e) for e in g.get("figures") or []],
-        "throughput": _table(throughput_summary(table)) if not table.empty else None,
+        "sections": figure_sections(g.get("figures") or []),
+        "throughput": _throughput(table),
         "status": _table(status_summary(table)) if not table.empty else None,
         "failures": _table(failures(table)) if not table.empty else None,
     }
+
+
+def _throughput(table: pd.DataFrame) -> list[dict]:
+    """One summary table per mode of the FA-2 setting present (forward first, as before modes)."""
+    if table.empty:
+        return []
+    present = set(table.loc[table["experiment"] == "fa2-setting", "mode"].dropna())
+    return [
+        {"mode": m, "what": MODE_TEXT[m].capitalize(), "table": _table(throughput_summary(table, m))}
+        for m in MODE_TEXT
+        if m in present or m == "fwd"
+    ]
 
 
 VERDICT_ORDER = ("holds", "partly", "fails", "inconsistent", "untestable")

@@ -289,9 +289,10 @@ def traffic_blocks(df: pd.DataFrame, out_png) -> pd.DataFrame:
 
 
 # figure name -> (function, caption file a report would read from reports/captions/)
+# name -> (function, caption, section of the report)
 FIGURES = {
-    "traffic_bytes": (traffic_vs_n, "traffic_bytes.rst"),
-    "traffic_blocks": (traffic_blocks, "traffic_blocks.rst"),
+    "traffic_bytes": (traffic_vs_n, "traffic_bytes.rst", "traffic"),
+    "traffic_blocks": (traffic_blocks, "traffic_blocks.rst", "traffic"),
 }
 
 
