@@ -15,6 +15,10 @@ Method, per benchmark point:
 5. Telemetry: while the point is timed, a thread samples NVML every 10 ms (SM and memory clock,
    temperature, power), so that a throttled measurement can be recognised in the tables.
 
+What is timed is a callable the experiment builds (``analysis.experiments.attention``): the forward call;
+for the backward alone, ``torch.autograd.grad`` on a forward graph built beforehand; or both. Steps 2-5
+apply to it unchanged, and the gradients are gated against float64 like the output.
+
 Failures become statuses, never crashes: out of memory → ``oom``; an implementation that refuses the
 input (our kernels' TypeError/ValueError/NotImplementedError, SDPA's "no available kernel") →
 ``unsupported``; anything else → ``error``; each with its message.
