@@ -200,11 +200,8 @@ def implementation(name: str, config: str | None = None) -> Callable:
 def _fa2_bwd_config() -> str:
     from kernels.attention import fa2
 
-    last = getattr(fa2, "last_bwd_config", None)  # the backward's tiles, where the kernel reports them
-    cfg = last() if last is not None else None
-    if cfg is None:
-        return ""
-    return " ".join(str(c) for c in cfg) if isinstance(cfg, (tuple, list)) else str(cfg)
+    cfg = fa2.last_bwd_config()  # both passes' tiles, in the KERNELS_FA2_BWD_CONFIG form
+    return str(cfg) if cfg is not None else ""
 
 
 def _kernel_config(name: str, mode: str, config: str | None, q: torch.Tensor, k: torch.Tensor) -> str:
