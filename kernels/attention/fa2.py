@@ -6,8 +6,9 @@ program keeps its Q tile, an fp32 output accumulator and the running row max ``m
 chip, streams K and V through in BLOCK_N-row tiles, and never writes an N×N matrix. The softmax is the
 online one: scores are kept in the log2 domain (``exp2`` is the native instruction), the accumulator is
 rescaled by ``exp2(m_old - m_new)`` when the max grows, and the division by ℓ is deferred to the very end
-("lazy rescaling": no division inside the loop). The row logsumexp (natural log) is written out for a
-backward pass.
+("lazy rescaling": no division inside the loop; ``forward(..., rescale="eager")`` normalises at every
+K/V tile instead, as FlashAttention-1 does, for the ablation). The row logsumexp (natural log) is written
+out for a backward pass.
 
 Causal masking is aligned to the bottom-right corner when seqlen_q ≠ seqlen_k, as in FlashAttention ≥ 2.1:
 query row i sees key j iff ``j <= i + seqlen_k - seqlen_q``. K/V tiles that are fully masked for a Q tile
@@ -187,7 +188,7 @@ def _bench_for_tuning(fn, quantiles):
 
 
 _TUNERS: dict[tuple, object] = {}
-_CHOSEN: dict[tuple, FA2Config] = {}  # (configs, device, dtype, shape, causal) -> tuned choice
+_CHOSEN: dict[tuple, FA2Config] = {}  # (configs, device, dtype, shape, causal, eager) -> tuned choice
 _LAST_CONFIG: list[FA2Config | None] = [None]
 
 
@@ -196,7 +197,8 @@ def _tuner(configs: tuple[FA2Config, ...]):
     if configs not in _TUNERS:
         _TUNERS[configs] = triton.autotune(
             configs=[c.to_triton() for c in configs],
-            key=["seqlen_q", "seqlen_k", "HEAD_DIM", "IS_CAUSAL"],  # dtypes are part of the key too
+            # dtypes are part of the key too
+            key=["seqlen_q", "seqlen_k", "HEAD_DIM", "IS_CAUSAL", "EAGER_RESCALE"],
             prune_configs_by={"early_config_prune": _prune},
             do_bench=_bench_for_tuning,
         )(_fwd_heuristic_kernel)
@@ -267,15 +269,22 @@ _BWD_SWEEP_H200: dict[tuple[int, bool], FA2BwdConfig] = {
     (256, True): FA2BwdConfig(FA2Config(64, 64, 8, 2), FA2Config(64, 64, 4, 2)),
 }
 # tried in order when the swept tile does not fit a GPU (less shared memory) or a dtype (float32)
-_BWD_FALLBACKS = (FA2Config(64, 64, 4, 2), FA2Config(64, 32, 4, 2), FA2Config(32, 32, 4, 1), FA2Config(16, 16, 4, 1))
+_BWD_FALLBACKS = (
+    FA2Config(64, 64, 4, 2),
+    FA2Config(64, 32, 4, 2),
+    FA2Config(32, 32, 4, 2),
+    FA2Config(32, 32, 4, 1),
+    FA2Config(16, 16, 4, 1),
+)
 
 
 def _bwd_fits(which: str, cfg: FA2Config, block_d: int, elem_bytes: int, smem_limit: int) -> bool:
     """Whether a backward pass's tile plausibly fits: an estimate, not the compiler's allocation.
 
-    Shared memory: the resident tile once (K for dK/dV, Q for dQ) and the two streamed tiles once per
-    pipeline stage; this bounds from above what Triton 3.6 allocated for every default when compiled for
-    sm_90 (e.g. 80 vs 72.5 KiB for dK/dV 64×64 s2, 160 vs 128 KiB for dQ 128×128 s2 at d = 128, fp16).
+    Shared memory: the two resident tiles (K, V for dK/dV; Q, dO for dQ) once and the two streamed tiles
+    once per pipeline stage, plus 10 KiB of scratch. Calibrated on what Triton 3.6 allocates compiling
+    these kernels for sm_90 with aligned inputs: the tiles alone exactly for dQ (e.g. 192 KiB for
+    128×128 s2 at d = 128, fp16), the tiles plus 9 KiB for dK/dV (105 KiB for 64×64 s2 at d = 128).
     Registers: the fp32 accumulators (dK and dV, or dQ) spread over the program's threads must leave room
     for the rest, as in the forward's ``_fits``.
     """
@@ -283,7 +292,7 @@ def _bwd_fits(which: str, cfg: FA2Config, block_d: int, elem_bytes: int, smem_li
         resident, streamed, acc_rows = cfg.block_n, cfg.block_m, 2 * cfg.block_n
     else:
         resident, streamed, acc_rows = cfg.block_m, cfg.block_n, cfg.block_m
-    smem = (resident + 2 * cfg.num_stages * streamed) * block_d * elem_bytes
+    smem = (2 * resident + 2 * cfg.num_stages * streamed) * block_d * elem_bytes + 10 * 1024
     return smem <= smem_limit and acc_rows * block_d // (32 * cfg.num_warps) <= 128
 
 
@@ -337,6 +346,15 @@ def last_bwd_config() -> FA2BwdConfig | None:
 # ---------------------------------------------------------------------------------------------------
 
 
+RESCALE_MODES = ("lazy", "eager")
+
+
+def _eager_rescale(rescale: str) -> bool:
+    if rescale not in RESCALE_MODES:
+        raise ValueError(f"rescale must be one of {RESCALE_MODES}, got {rescale!r}")
+    return rescale == "eager"
+
+
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -374,12 +392,19 @@ def forward(
     sm_scale: float | None = None,
     *,
     config: FA2Config | None = None,
+    rescale: str = "lazy",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel. Returns ``(out [B, H, Nq, d], lse [B, H, Nq] float32)``.
 
     ``config`` pins one configuration (as does the environment variable ``KERNELS_FA2_CONFIG``);
     otherwise the autotuner picks per shape and dtype. ``last_config()`` reports what ran.
+
+    ``rescale``: ``"lazy"`` (FA-2, the default) keeps the output accumulator unnormalised and divides by
+    the row sum ℓ once at the end; ``"eager"`` (the ablation) divides the running output by ℓ after every
+    K/V tile, un-normalising it before the next tile's P·V is added, as FlashAttention-1 does. Both give
+    the same attention up to rounding; eager costs an extra multiply and a division per tile.
     """
+    eager = _eager_rescale(rescale)
     _check_inputs(q, k, v)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
@@ -400,9 +425,9 @@ def forward(
         h, h // k.shape[1], seqlen_q, seqlen_k, float(sm_scale),
     )  # fmt: skip
     constants = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
-                     EVEN_D=d == block_d)  # fmt: skip
+                     EAGER_RESCALE=eager, EVEN_D=d == block_d)  # fmt: skip
     configs = _configs_in_effect(config)
-    key = (configs, q.device, q.dtype, seqlen_q, seqlen_k, d, bool(causal))
+    key = (configs, q.device, q.dtype, seqlen_q, seqlen_k, d, bool(causal), eager)
     chosen = _CHOSEN.get(key) or (configs[0] if len(configs) == 1 else None)
     switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
     with torch.cuda.device(q.device) if switch else contextlib.nullcontext():

@@ -14,7 +14,7 @@ import triton.language as tl
 
 @triton.jit
 def _attn_fwd_inner(
-    acc,  # (BLOCK_M, BLOCK_D) fp32, unnormalised output
+    acc,  # (BLOCK_M, BLOCK_D) fp32 output so far: unnormalised (lazy), or divided by l_i (eager)
     l_i,  # (BLOCK_M,) fp32, running row sum of exp2
     m_i,  # (BLOCK_M,) fp32, running row max in the scaled log2 domain
     q,  # (BLOCK_M, BLOCK_D) input dtype, pre-loaded
@@ -36,7 +36,15 @@ def _attn_fwd_inner(
     IS_CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr,
     IS_FP32: tl.constexpr,
+    EAGER_RESCALE: tl.constexpr = False,
 ):
+    """Stream the K/V tiles [lo, hi) through the online softmax of one Q tile.
+
+    Lazy rescaling (default): ``acc`` stays unnormalised and the caller divides by ℓ once, at the end.
+    ``EAGER_RESCALE``: ``acc`` is kept normalised after every tile, as FlashAttention-1 does
+    (O ← diag(ℓ_new)⁻¹ (diag(ℓ_old) e^{m_old - m_new} O + P̃ V)): an extra BLOCK_M×BLOCK_D multiply and a
+    division per tile, for the rescaling ablation.
+    """
     k_ptrs += lo * stride_kn
     v_ptrs += lo * stride_vn
     for start_n in range(lo, hi, BLOCK_N):
@@ -69,8 +77,11 @@ def _attn_fwd_inner(
             m_use = m_new
         p = tl.math.exp2(qk * qk_scale - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        l_new = l_i * alpha + tl.sum(p, 1)
+        if EAGER_RESCALE:
+            acc = acc * (l_i * alpha)[:, None]  # un-normalise with the old ℓ (and the new max)
+        else:
+            acc = acc * alpha[:, None]
         if MASKED:
             v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
         elif EVEN_D:
@@ -81,6 +92,12 @@ def _attn_fwd_inner(
             acc = tl.dot(p, v, acc, input_precision="ieee")
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
+        if EAGER_RESCALE:
+            if MASKED:  # a row that has seen no visible key yet has ℓ = 0 and acc = 0: keep it 0
+                acc = acc / tl.where(l_new > 0.0, l_new, 1.0)[:, None]
+            else:  # every row sees a key of an unmasked tile: ℓ ≥ 1
+                acc = acc / l_new[:, None]
+        l_i = l_new
         m_i = m_new
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
@@ -107,6 +124,7 @@ def _attn_fwd_kernel(
     BLOCK_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     IS_FP32: tl.constexpr,
+    EAGER_RESCALE: tl.constexpr,  # normalise the output at every K/V tile (FA-1) instead of once at the end
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
@@ -159,18 +177,19 @@ def _attn_fwd_kernel(
     acc, l_i, m_i = _attn_fwd_inner(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
         0, full_hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, IS_FP32,
+        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, IS_FP32, EAGER_RESCALE,
     )  # fmt: skip
     acc, l_i, m_i = _attn_fwd_inner(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
         full_hi, hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, IS_FP32,
+        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, IS_FP32, EAGER_RESCALE,
     )  # fmt: skip
 
-    # the one division of the whole kernel; rows with no visible key (l = 0) give 0, not NaN
+    # lazy: the one division of the whole kernel; rows with no visible key (l = 0) give 0, not NaN
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
-    acc = acc / l_safe[:, None]
+    if not EAGER_RESCALE:
+        acc = acc / l_safe[:, None]
     lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
 
     tl.store(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
