@@ -19,7 +19,7 @@ real cost is in each shard's log.
 
 from __future__ import annotations
 
-from analysis.experiments.attention import Spec
+from analysis.experiments.spec import Spec
 from analysis.flops import attention_flops
 
 MODE_SLUG = {"fwd": "", "bwd": "_bwd", "fwd+bwd": "_fwdbwd"}

@@ -78,7 +78,7 @@ def _run(spec, env, lines=None):
         pytest.param({"experiment": "block-sweep", "impls": ["ours-fa2"]}, "needs a list of configs", id="no-configs"),
         pytest.param(
             {"experiment": "block-sweep", "impls": ["ours-fa2"], "configs": ["BLOCK_M=64"]},
-            "must set all of",
+            "cannot parse FA-2 config 'BLOCK_M=64'",
             id="sweep-bad-config",
         ),  # fmt: skip
         pytest.param(
@@ -134,6 +134,25 @@ def test_spec_shapes(fields, index, expected):
     impls = ["ours-decode"] if fields["experiment"] == "decode" else ["ours-fa2"]
     spec = experiment.Spec(dtype="float16", causal=False, impls=impls, tokens=16384, hidden=2048, **fields)
     assert spec.shape(index) == expected
+
+
+def test_spec_defaults_are_the_harness_defaults_and_config_form():
+    from analysis.experiments import spec
+    from kernels.attention.fa2 import FA2Config
+
+    assert (spec.DEFAULT_WARMUP_MS, spec.DEFAULT_REP_MS) == (harness.DEFAULT_WARMUP_MS, harness.DEFAULT_REP_MS)
+    assert spec.CONFIG_PATTERN.match(str(FA2Config(128, 64, 8, 3)))
+    assert set(spec.DTYPE_NAMES) == set(experiment.DTYPES)
+
+
+def test_planning_the_grid_imports_no_torch():
+    """The workflow builds its shards at every start: that must not pay for importing torch or Triton."""
+    import subprocess
+    import sys
+
+    code = "import sys, analysis.experiments.grid; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=grid_config().parents[1], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 def test_block_sweep_points_are_configs_times_seqlens():
