@@ -250,9 +250,9 @@ def run(spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[str], N
         for impl, cfg in variants:
             row = _measure(spec, impl, cfg, point, base, timed)
             rows.append(row)
-            extra = f" {row['tflops']:.1f} TFLOP/s" if row["status"] == "ok" and timed else ""
-            if row["status"] == "ok" and timed and row["gbps"] == row["gbps"]:
-                extra += f" {row['gbps']:.0f} GB/s"
+            done = row["status"] == "ok" and timed
+            extra = f" {row['tflops']:.1f} TFLOP/s" if done and math.isfinite(row["tflops"]) else ""
+            extra += f" {row['gbps']:.0f} GB/s" if done and math.isfinite(row["gbps"]) else ""
             label = f"{impl} [{cfg}]" if cfg else impl
             progress.step(f"{label} {shape_text}", row["status"] + extra + short(row["message"]))
             if spec.mode != "fwd":  # the graphs of materialising impls hold N×N tensors
