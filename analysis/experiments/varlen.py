@@ -241,7 +241,8 @@ def _measure(spec: att.Spec, impl: str, batch: _Batch, base: dict, useful: float
                 def call():
                     return torch.autograd.grad(fn(*leaves), leaves, do)
 
-        metrics["kernel_config"] = _kernel_config(impl)
+        if impl in ("ours-varlen", "ours-fa2-padded"):  # the same FA-2 kernels, packed or padded
+            metrics["kernel_config"] = att._kernel_config("ours-fa2", spec.mode, None, q, k)
         errors, failed = att.gate_metrics(checks)
         metrics.update(errors)
         if failed:
@@ -259,12 +260,3 @@ def _measure(spec: att.Spec, impl: str, batch: _Batch, base: dict, useful: float
         status, message = harness.classify(exc)
         harness.release_memory()
         return att.make_row(base, impl, status, message, **metrics)
-
-
-def _kernel_config(impl: str) -> str:
-    if impl in ("ours-varlen", "ours-fa2-padded"):
-        from kernels.attention import fa2
-
-        cfg = fa2.last_config()
-        return str(cfg) if cfg else ""
-    return ""
