@@ -26,18 +26,24 @@ splits its tiles into an unmasked fast loop and a masked loop for the tiles cros
 or a sequence end, as the forward does. Backward tiles per head dim come from an H200 sweep
 (``default_bwd_configs``), pinnable per pass or through ``KERNELS_FA2_BWD_CONFIG``. Grouped-query and
 multi-query attention: K/V may have fewer heads than Q, as long as they divide them (query head h reads
-K/V head h // (H / H_kv)). Does not handle: dropout, attention bias, packed varlen.
+K/V head h // (H / H_kv)). Variable-length batches (``attention_varlen``, ``forward_varlen``,
+``backward_varlen``): sequences packed end to end as ``[tokens, heads, head_dim]`` with int32
+``cu_seqlens`` offsets, no padding computed; the same kernels with an ``IS_VARLEN`` constexpr (each
+program reads its sequence's start and length; the grid spans the longest sequence and programs past
+their sequence's end return at once), so the dense path compiles to the same code as without it.
+Causal masks are aligned bottom-right per sequence. Does not handle: dropout, attention bias, paged KV.
 
-Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_forward.py,
-test_fa2_backward.py) and, for the forward, on an NVIDIA H200 with Triton 3.6 (float16, bfloat16,
-d = 64 … 256, N = 512 … 65536: every benchmark point of the pipeline is checked against float64 before it
-is timed). The backward's tile sweep was run on the H200 with the backward as it was before the Δ kernel
-and the masked/unmasked split; the current backward has been run only in the interpreter and compiled
-(not run) for sm_90a.
+Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_*.py) and,
+for the forward, on an NVIDIA H200 with Triton 3.6 (float16, bfloat16, d = 64 … 256, N = 512 … 65536:
+every benchmark point of the pipeline is checked against float64 before it is timed). The backward's
+tile sweep was run on the H200 with the backward as it was before the Δ kernel and the masked/unmasked
+split; the current backward, the eager-rescaling mode and the varlen path have been run only in the
+interpreter and compiled (not run) for sm_90a.
 
 Layers: the ``@triton.jit`` kernels (forward, then backward) are in ``fa2_kernels.py``; here, top to
 bottom: configuration (dataclasses, factories, pruning, env pins); the launchers ``forward`` and ``backward``
-(checks, allocation, grid); the ``autograd.Function``; the public function ``attention``.
+(checks, allocation, grid), dense then packed; the ``autograd.Function``s; the public functions
+``attention`` and ``attention_varlen``.
 """
 
 from __future__ import annotations
@@ -45,7 +51,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
+import operator
 import os
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -65,8 +74,11 @@ __all__ = [
     "FA2Config",
     "FA2BwdConfig",
     "attention",
+    "attention_varlen",
     "forward",
+    "forward_varlen",
     "backward",
+    "backward_varlen",
     "default_configs",
     "default_bwd_configs",
     "gpu_bwd_configs",
@@ -355,22 +367,21 @@ def _eager_rescale(rescale: str) -> bool:
     return rescale == "eager"
 
 
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str) -> None:
+    """The checks shared by the dense and the packed layouts (heads on dim 1, head_dim last)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
+        if t.dim() != ndim:
+            raise ValueError(f"{name} must be {layout}, got shape {tuple(t.shape)}")
         if t.dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     check_device(q, k, v, names=("q", "k", "v"))
-    b, h, _, d = q.shape
+    h, d = q.shape[1], q.shape[-1]
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if k.shape[0] != b or k.shape[3] != d:
-        raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head_dim")
     if (k.shape[1] == 0 and h != 0) or (k.shape[1] and h % k.shape[1]):
         raise ValueError(
             f"k/v have {k.shape[1]} heads, which must divide q's {h} (grouped-query / multi-query attention)"
@@ -382,6 +393,149 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise TypeError("bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
     if q.dtype == torch.bfloat16 and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] < 8:
         raise TypeError("bfloat16 needs a GPU of compute capability 8.0 or newer")
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Dense ``[batch, heads, seq, head_dim]`` inputs (also used by fa1.py and decode.py)."""
+    _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]")
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+        raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head_dim")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Packing:
+    """A validated variable-length batch: offsets (int32, contiguous, on q's device) and longest lengths."""
+
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    batch: int
+    max_q: int
+    max_k: int
+
+
+# Host copies of GPU offsets already read, so that calls repeating one cu_seqlens tensor (a training step,
+# a timed loop) do not synchronise with the GPU again: keyed by the tensor's identity, valid while its
+# version counter (bumped by every in-place write through torch, views included) is unchanged.
+_OFFSETS_SEEN: dict[int, tuple[weakref.ref, int, tuple[int, ...]]] = {}
+
+
+def _host_offsets(cu: torch.Tensor) -> tuple[int, ...]:
+    if cu.device.type != "cuda":
+        return tuple(cu.tolist())  # no synchronisation to save
+    try:
+        version = cu._version
+    except RuntimeError:  # inference tensors keep no version counter: read them every time
+        return tuple(cu.tolist())
+    seen = _OFFSETS_SEEN.get(id(cu))
+    if seen is not None and seen[0]() is cu and seen[1] == version:
+        return seen[2]
+    values = tuple(cu.tolist())  # one device-to-host copy (a synchronisation on a GPU)
+    if len(_OFFSETS_SEEN) >= 64:
+        _OFFSETS_SEEN.clear()
+    _OFFSETS_SEEN[id(cu)] = (weakref.ref(cu), version, values)
+    return values
+
+
+def _check_offsets(name: str, cu, total: int, tokens: str, device: torch.device) -> tuple[int, ...]:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of int32 offsets, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() == 0:
+        raise ValueError(f"{name} must be 1-D with batch + 1 entries, got shape {tuple(cu.shape)}")
+    if cu.device != device:
+        raise ValueError(f"{name} is on {cu.device} but q is on {device}; put the offsets on q's device")
+    values = _host_offsets(cu)
+    if values[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {values[0]}")
+    for i in range(1, len(values)):
+        if values[i] < values[i - 1]:
+            raise ValueError(
+                f"{name} must be non-decreasing: {name}[{i}] = {values[i]} < {name}[{i - 1}] = {values[i - 1]}"
+            )
+    if values[-1] != total:
+        raise ValueError(f"{name} ends at {values[-1]}, but {tokens} has {total} tokens (its dim 0)")
+    return values
+
+
+def _check_max(name: str, given, longest: int) -> int:
+    if given is None:
+        return longest
+    try:
+        if isinstance(given, bool):
+            raise TypeError
+        given = operator.index(given)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or None, got {type(given).__name__}") from None
+    if given < longest:
+        raise ValueError(f"{name}={given} is shorter than the longest sequence in the batch ({longest})")
+    return given
+
+
+def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> _Packing:
+    _check_tensors(q, k, v, 3, "[total_tokens, heads, head_dim]")
+    if k.shape[2] != q.shape[2]:
+        raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in head_dim")
+    offs_q = _check_offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], "q", q.device)
+    offs_k = _check_offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], "k", q.device)
+    if len(offs_q) != len(offs_k):
+        raise ValueError(
+            f"cu_seqlens_q and cu_seqlens_k must both have batch + 1 entries, got {len(offs_q)} and {len(offs_k)}"
+        )
+    longest_q = max((b - a for a, b in itertools.pairwise(offs_q)), default=0)
+    longest_k = max((b - a for a, b in itertools.pairwise(offs_k)), default=0)
+    return _Packing(
+        cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), len(offs_q) - 1,
+        _check_max("max_seqlen_q", max_seqlen_q, longest_q), _check_max("max_seqlen_k", max_seqlen_k, longest_k),
+    )  # fmt: skip
+
+
+def _packed_strides(t: torch.Tensor) -> tuple[int, int, int, int]:
+    """A packed ``[tokens, heads, d]`` tensor's strides in the kernels' (batch, head, row, dim) order:
+    the batch stride is 0, each program finds its sequence's first token from cu_seqlens."""
+    return 0, t.stride(1), t.stride(0), t.stride(2)
+
+
+def _device_guard(t: torch.Tensor):
+    switch = t.device.type == "cuda" and t.device.index not in (None, torch.cuda.current_device())
+    return torch.cuda.device(t.device) if switch else contextlib.nullcontext()
+
+
+def _launch_forward(
+    q, k, v, out, lse, cu_q, cu_k, *, strides, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, causal,
+    sm_scale, config, eager, varlen,
+) -> FA2Config:  # fmt: skip
+    """The forward kernel, tuned on a shape's first call and launched directly after. ``strides``: of q, k,
+    v and out in (batch, head, row, dim) order; varlen: ``seqlen_q``/``seqlen_k`` are the longest, and
+    ``lse`` is ``[H, total_q]`` (dense: ``[B, H, Nq]``, both contiguous)."""
+    lse_strides = (0, lse.stride(0)) if varlen else (lse.stride(0), lse.stride(1))
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    args = (
+        q, k, v, out, lse, cu_q, cu_k, *(s for t in strides for s in t), *lse_strides,
+        heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale),
+    )  # fmt: skip
+    constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
+                     IS_VARLEN=varlen, EAGER_RESCALE=eager, EVEN_D=head_dim == block_d)  # fmt: skip
+    configs = _configs_in_effect(config)
+    key = (configs, q.device, q.dtype, seqlen_q, seqlen_k, head_dim, causal, eager, varlen)
+    chosen = _CHOSEN.get(key) or (configs[0] if len(configs) == 1 else None)
+    with _device_guard(q):
+        if chosen is None:
+            # first call for this shape: Triton's autotuner times the candidates, then runs the best
+            tuner = _tuner(configs)
+            tuner[lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), batch * heads)](*args, **constants)
+            chosen = _CHOSEN[key] = FA2Config.from_triton(tuner.best_config)
+        else:
+            # later calls launch the chosen configuration directly: the autotuner's per-call
+            # bookkeeping cost tens of microseconds, as much as the kernel itself at small sizes
+            _attn_fwd_kernel[(triton.cdiv(seqlen_q, chosen.block_m), batch * heads)](
+                *args, **constants,
+                EVEN_M=not varlen and seqlen_q % chosen.block_m == 0,
+                EVEN_N=not varlen and seqlen_k % chosen.block_n == 0,
+                BLOCK_M=chosen.block_m, BLOCK_N=chosen.block_n,
+                num_warps=chosen.num_warps, num_stages=chosen.num_stages,
+            )  # fmt: skip
+    return chosen
 
 
 def forward(
@@ -411,42 +565,57 @@ def forward(
     sm_scale = softmax_scale(d, sm_scale)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((b, h, seqlen_q), device=q.device, dtype=torch.float32)
-    if out.numel() == 0:
+    if out.numel() == 0 or seqlen_k == 0:  # nothing to compute, or no keys: every row sees nothing
         lse.fill_(float("-inf"))
         return out.zero_(), lse
-    if seqlen_k == 0:  # no keys: every row sees nothing
-        lse.fill_(float("-inf"))
-        return out.zero_(), lse
-
-    block_d = max(16, triton.next_power_of_2(d))
-    args = (
-        q, k, v, out, lse,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        h, h // k.shape[1], seqlen_q, seqlen_k, float(sm_scale),
+    _LAST_CONFIG[0] = _launch_forward(
+        q, k, v, out, lse, None, None, strides=(q.stride(), k.stride(), v.stride(), out.stride()),
+        batch=b, heads=h, kv_heads=k.shape[1],
+        seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim=d, causal=bool(causal), sm_scale=sm_scale,
+        config=config, eager=eager, varlen=False,
     )  # fmt: skip
-    constants = dict(HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
-                     EAGER_RESCALE=eager, EVEN_D=d == block_d)  # fmt: skip
-    configs = _configs_in_effect(config)
-    key = (configs, q.device, q.dtype, seqlen_q, seqlen_k, d, bool(causal), eager)
-    chosen = _CHOSEN.get(key) or (configs[0] if len(configs) == 1 else None)
-    switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
-    with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
-        if chosen is None:
-            # first call for this shape: Triton's autotuner times the candidates, then runs the best
-            tuner = _tuner(configs)
-            tuner[lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), b * h)](*args, **constants)
-            chosen = _CHOSEN[key] = FA2Config.from_triton(tuner.best_config)
-        else:
-            # later calls launch the chosen configuration directly: the autotuner's per-call
-            # bookkeeping cost tens of microseconds, as much as the kernel itself at small sizes
-            _attn_fwd_kernel[(triton.cdiv(seqlen_q, chosen.block_m), b * h)](
-                *args, **constants,
-                EVEN_M=seqlen_q % chosen.block_m == 0, EVEN_N=seqlen_k % chosen.block_n == 0,
-                BLOCK_M=chosen.block_m, BLOCK_N=chosen.block_n,
-                num_warps=chosen.num_warps, num_stages=chosen.num_stages,
-            )  # fmt: skip
-    _LAST_CONFIG[0] = chosen
     return out, lse
+
+
+def _forward_packed(q, k, v, packing: _Packing, causal, sm_scale, config, eager):
+    total_q, h, d = q.shape
+    out = torch.empty((total_q, h, d), device=q.device, dtype=q.dtype)
+    lse = torch.empty((h, total_q), device=q.device, dtype=torch.float32)
+    if out.numel() == 0 or k.shape[0] == 0:  # no query token, or no key in any sequence
+        lse.fill_(float("-inf"))
+        return out.zero_(), lse
+    _LAST_CONFIG[0] = _launch_forward(
+        q, k, v, out, lse, packing.cu_q, packing.cu_k, strides=[_packed_strides(t) for t in (q, k, v, out)],
+        batch=packing.batch, heads=h, kv_heads=k.shape[1],
+        seqlen_q=packing.max_q, seqlen_k=packing.max_k, head_dim=d, causal=bool(causal), sm_scale=sm_scale,
+        config=config, eager=eager, varlen=True,
+    )  # fmt: skip
+    return out, lse
+
+
+def forward_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    config: FA2Config | None = None,
+    rescale: str = "lazy",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward kernel on packed sequences. Returns ``(out [total_q, H, d], lse [H, total_q] float32)``.
+
+    Arguments as ``attention_varlen``; ``config`` and ``rescale`` as ``forward``. A sequence with no key
+    gives zeros and a logsumexp of -inf, as a row that sees no key does in the dense layout.
+    """
+    eager = _eager_rescale(rescale)
+    packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sm_scale = softmax_scale(q.shape[2], sm_scale)
+    return _forward_packed(q, k, v, packing, causal, sm_scale, config, eager)
 
 
 def backward(
@@ -478,12 +647,7 @@ def backward(
     """
     _check_inputs(q, k, v)
     b, h, seqlen_q, d = q.shape
-    if do.shape != q.shape:
-        raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q.shape)}")
-    if out.shape != q.shape:
-        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(q.shape)}")
-    if lse.shape != (b, h, seqlen_q):
-        raise ValueError(f"lse has shape {tuple(lse.shape)}, expected {(b, h, seqlen_q)}")
+    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q))
     sm_scale = softmax_scale(d, sm_scale)
     configs = _bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
     _LAST_BWD_CONFIG[0] = configs
@@ -492,18 +656,70 @@ def backward(
         return tuple(torch.zeros(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
     do = do.to(q.dtype)
     # the kernels write every element of these (a query row that sees no key gets an explicit 0)
-    dq = torch.empty(q.shape, device=q.device, dtype=q.dtype)
-    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
-    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+    dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
     lse = lse.contiguous()
-    delta = torch.empty_like(lse)
     _launch_backward(
-        do, q, k, v, out, lse, delta, dq, dk, dv,
+        do, q, k, v, out, lse, dq, dk, dv, None, None,
         strides=[t.stride() for t in (q, k, v, do, out, dq, dk)], lse_strides=(lse.stride(0), lse.stride(1)),
-        batch=b, heads=h, kv_heads=k.shape[1], seqlen_q=seqlen_q, seqlen_k=k.shape[2], head_dim=d,
-        causal=bool(causal), sm_scale=sm_scale, configs=configs,
+        delta_rows=(b, seqlen_q), batch=b, heads=h, kv_heads=k.shape[1], seqlen_q=seqlen_q,
+        seqlen_k=k.shape[2], head_dim=d, causal=bool(causal), sm_scale=sm_scale, configs=configs, varlen=False,
     )  # fmt: skip
     return dq, dk, dv
+
+
+def _check_grad_shapes(do, out, lse, q_shape, lse_shape) -> None:
+    if do.shape != q_shape:
+        raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q_shape)}")
+    if out.shape != q_shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(q_shape)}")
+    if lse.shape != lse_shape:
+        raise ValueError(f"lse has shape {tuple(lse.shape)}, expected {tuple(lse_shape)}")
+
+
+def _backward_packed(do, q, k, v, out, lse, packing: _Packing, causal, sm_scale, dkdv_config, dq_config):
+    total_q, h, d = q.shape
+    configs = _bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
+    _LAST_BWD_CONFIG[0] = configs
+    if q.numel() == 0 or k.numel() == 0:
+        return tuple(torch.zeros(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
+    do = do.to(q.dtype)
+    # every token belongs to a sequence whose programs write its rows (zeros where nothing is seen)
+    dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
+    lse = lse.contiguous()
+    _launch_backward(
+        do, q, k, v, out, lse, dq, dk, dv, packing.cu_q, packing.cu_k,
+        strides=[_packed_strides(t) for t in (q, k, v, do, out, dq, dk)], lse_strides=(0, lse.stride(0)),
+        delta_rows=(1, total_q), batch=packing.batch, heads=h, kv_heads=k.shape[1], seqlen_q=packing.max_q,
+        seqlen_k=packing.max_k, head_dim=d, causal=bool(causal), sm_scale=sm_scale, configs=configs, varlen=True,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+def backward_varlen(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    dkdv_config: FA2Config | None = None,
+    dq_config: FA2Config | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) of ``attention_varlen``, from ``forward_varlen``'s out and lse ``[H, total_q]``.
+
+    The same deterministic two-pass backward as ``backward``, on packed sequences; configurations as there.
+    """
+    packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _check_grad_shapes(do, out, lse, q.shape, (q.shape[1], q.shape[0]))
+    sm_scale = softmax_scale(q.shape[2], sm_scale)
+    return _backward_packed(do, q, k, v, out, lse, packing, causal, sm_scale, dkdv_config, dq_config)
 
 
 def _delta_rows_per_program(block_d: int) -> int:
@@ -512,33 +728,36 @@ def _delta_rows_per_program(block_d: int) -> int:
 
 
 def _launch_backward(
-    do, q, k, v, out, lse, delta, dq, dk, dv, *, strides, lse_strides, batch, heads, kv_heads,
-    seqlen_q, seqlen_k, head_dim, causal, sm_scale, configs: FA2BwdConfig,
+    do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, *, strides, lse_strides, delta_rows, batch, heads,
+    kv_heads, seqlen_q, seqlen_k, head_dim, causal, sm_scale, configs: FA2BwdConfig, varlen,
 ) -> None:  # fmt: skip
     """Δ, then the dK/dV and dQ passes. ``strides``: of q, k, v, do, out, dq and dk (= dv), each in
-    (batch, head, row, dim) order; ``lse_strides``: (batch, head) of the logsumexp and of Δ."""
+    (batch, head, row, dim) order; ``lse_strides``: (batch, head) of the logsumexp, and of Δ (allocated
+    here like it); ``delta_rows``: (batches, rows per head) as Δ's kernel sees them (a packed batch is one
+    batch of total_q rows); varlen: ``seqlen_q``/``seqlen_k`` are the longest."""
     s_q, s_k, s_v, s_do, s_o, s_dq, s_dk = strides
+    delta = torch.empty_like(lse)
     block_d = max(16, triton.next_power_of_2(head_dim))
     c1, c2 = configs
     constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
-                     EVEN_D=head_dim == block_d)  # fmt: skip
+                     IS_VARLEN=varlen, EVEN_D=head_dim == block_d)  # fmt: skip
     common = (*s_q, *s_k, *s_v, *s_do)
-    switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
-    with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
-        rows = _delta_rows_per_program(block_d)
-        _attn_bwd_delta_kernel[(triton.cdiv(seqlen_q, rows), batch * heads)](
-            out, do, delta, *s_o, *s_do, *lse_strides, heads, seqlen_q,
-            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=rows,
+    with _device_guard(q):
+        delta_batch, rows = delta_rows
+        block_rows = _delta_rows_per_program(block_d)
+        _attn_bwd_delta_kernel[(triton.cdiv(rows, block_rows), delta_batch * heads)](
+            out, do, delta, *s_o, *s_do, *lse_strides, heads, rows,
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_rows,
         )  # fmt: skip
         _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, c1.block_n), batch * kv_heads)](
-            q, k, v, do, lse, delta, dk, dv, *common, *s_dk, *lse_strides,
+            q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, *common, *s_dk, *lse_strides,
             heads, kv_heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale), **constants,
             BLOCK_M=c1.block_m, BLOCK_N=c1.block_n, num_warps=c1.num_warps, num_stages=c1.num_stages,
         )  # fmt: skip
         _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, c2.block_m), batch * heads)](
-            q, k, v, do, lse, delta, dq, *common, *s_dq, *lse_strides,
+            q, k, v, do, lse, delta, dq, cu_q, cu_k, *common, *s_dq, *lse_strides,
             heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale), **constants,
-            EVEN_N=seqlen_k % c2.block_n == 0,
+            EVEN_N=not varlen and seqlen_k % c2.block_n == 0,
             BLOCK_M=c2.block_m, BLOCK_N=c2.block_n, num_warps=c2.num_warps, num_stages=c2.num_stages,
         )  # fmt: skip
 
@@ -560,8 +779,26 @@ class _FlashAttention2(torch.autograd.Function):
         return dq, dk, dv, None, None
 
 
+class _FlashAttention2Varlen(torch.autograd.Function):
+    """The packed-sequence forward and backward; the offsets are checked once, in the forward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, packing, causal, sm_scale):
+        out, lse = _forward_packed(q, k, v, packing, causal, sm_scale, None, False)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.packing, ctx.causal, ctx.sm_scale = packing, causal, sm_scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_packed(grad_out, q, k, v, out, lse, ctx.packing, ctx.causal, ctx.sm_scale,
+                                      None, None)  # fmt: skip
+        return dq, dk, dv, None, None, None
+
+
 # ---------------------------------------------------------------------------------------------------
-# Public function
+# Public functions
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -588,4 +825,45 @@ def attention(
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
         return _FlashAttention2.apply(q, k, v, causal, sm_scale)
     out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale)
+    return out
+
+
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
+    """FlashAttention-2 on a batch of variable-length sequences packed end to end (no padding computed).
+
+    Args:
+        q: ``[total_q, H, d]``, the sequences' query tokens one after another; k, v: ``[total_k, H_kv, d]``
+            with H_kv dividing H. Dtypes, strides and head dims as ``attention``.
+        cu_seqlens_q, cu_seqlens_k: int32 ``[B + 1]`` on q's device: sequence i owns query tokens
+            ``cu_seqlens_q[i]:cu_seqlens_q[i+1]`` and keys ``cu_seqlens_k[i]:cu_seqlens_k[i+1]``; they start at
+            0, never decrease and end at total_q / total_k. Sequences of length 0 are allowed, and a
+            sequence's query and key lengths may differ.
+        max_seqlen_q, max_seqlen_k: the longest query / key sequence (they size the grid); computed from
+            the offsets when None, and refused when shorter than the longest.
+        causal: per sequence, aligned to its bottom-right corner (query i of n_q sees key j iff
+            ``j <= i + n_k - n_q``); a query that sees no key gives zeros.
+        sm_scale: score scale, default ``1/sqrt(d)``.
+
+    Returns: ``[total_q, H, d]`` in the input dtype.
+
+    Differentiable (deterministic backward, as ``attention``). The offsets are validated on the host: the
+    first call with a given cu_seqlens tensor copies it from the GPU (a synchronisation); later calls with
+    the same, unmodified tensor reuse that copy. Raises ``TypeError``/``ValueError`` for bad offsets
+    (dtype, length, start, order, end, device) and everything ``attention`` refuses.
+    """
+    packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sm_scale = softmax_scale(q.shape[2], sm_scale)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return _FlashAttention2Varlen.apply(q, k, v, packing, bool(causal), sm_scale)
+    out, _ = _forward_packed(q, k, v, packing, bool(causal), sm_scale, None, False)
     return out

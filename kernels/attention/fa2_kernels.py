@@ -1,5 +1,11 @@
 """The Triton kernels of FlashAttention-2 (``kernels.attention.fa2``): forward, and the backward passes.
 
+Forward (``_attn_fwd_kernel`` over ``_attn_fwd_inner``), then the backward: Δ (``_attn_bwd_delta_kernel``),
+dK/dV (``_attn_bwd_dkdv_kernel`` over ``_attn_bwd_dkdv_tiles``) and dQ (``_attn_bwd_dq_kernel`` over
+``_attn_bwd_dq_tiles``). Every kernel but Δ's takes the dense ``[B, H, N, d]`` layout or, with
+``IS_VARLEN``, packed ``[tokens, H, d]`` sequences located by int32 ``cu_seqlens`` offsets (the batch
+stride is then 0 and each program moves its base pointers to its sequence's first token).
+
 Only ``@triton.jit`` code lives here; configuration, launchers, autograd and the public functions are in
 ``fa2.py``, which is what callers import. Split out once the op passed ~800 lines (see STYLE.md).
 """
@@ -106,24 +112,28 @@ def _attn_fwd_inner(
 
 @triton.jit
 def _attn_fwd_kernel(
-    Q,  # (B, H, Nq, d)
-    K,  # (B, H, Nk, d)
-    V,  # (B, H, Nk, d)
-    Out,  # (B, H, Nq, d)
-    LSE,  # (B, H, Nq) fp32, natural-log logsumexp of the scaled scores
-    stride_qb, stride_qh, stride_qm, stride_qd,
+    Q,  # (B, H, Nq, d); varlen: (total_q, H, d)
+    K,  # (B, H_kv, Nk, d); varlen: (total_k, H_kv, d)
+    V,  # like K
+    Out,  # like Q
+    LSE,  # (B, H, Nq) fp32, natural-log logsumexp of the scaled scores; varlen: (H, total_q)
+    CU_Q,  # varlen only: (B + 1,) int32 offsets of each sequence's first query token; None otherwise
+    CU_K,  # varlen only: (B + 1,) int32, of each sequence's first key token
+    stride_qb, stride_qh, stride_qm, stride_qd,  # varlen: stride_qb = 0, stride_qm the token stride
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
+    stride_lb, stride_lh,  # of LSE (row stride 1); the dense path uses the equal off_bh * seqlen_q
     num_heads,
     group,  # query heads per K/V head (1: multi-head; num_heads: multi-query)
-    seqlen_q,
+    seqlen_q,  # varlen: the longest query sequence (the grid's extent); each program loads its own
     seqlen_k,
     sm_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     IS_FP32: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
     EAGER_RESCALE: tl.constexpr,  # normalise the output at every K/V tile (FA-1) instead of once at the end
     EVEN_M: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -136,6 +146,19 @@ def _attn_fwd_kernel(
     off_b = (off_bh // num_heads).to(tl.int64)
     off_h = (off_bh % num_heads).to(tl.int64)
     off_hk = off_h // group  # the K/V head this query head reads (grouped-query attention)
+    if IS_VARLEN:
+        # packed sequences: this batch index's slice of the token axis; blocks past its end have no work
+        q_start = tl.load(CU_Q + off_b).to(tl.int64)
+        seqlen_q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        if start_m >= seqlen_q:
+            return
+        k_start = tl.load(CU_K + off_b).to(tl.int64)
+        seqlen_k = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
+        Q += q_start * stride_qm
+        Out += q_start * stride_om
+        LSE += q_start
+        K += k_start * stride_kn
+        V += k_start * stride_vn
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -192,7 +215,11 @@ def _attn_fwd_kernel(
         acc = acc / l_safe[:, None]
     lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
 
-    tl.store(LSE + off_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+    if IS_VARLEN:
+        lse_ptrs = LSE + off_h * stride_lh + offs_m  # LSE already points at this sequence's first token
+    else:
+        lse_ptrs = LSE + off_bh.to(tl.int64) * seqlen_q + offs_m  # (B, H, Nq) contiguous
+    tl.store(lse_ptrs, lse, mask=offs_m < seqlen_q)
     o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     out = acc.to(Out.dtype.element_ty)
     if EVEN_M and EVEN_D:
@@ -324,6 +351,8 @@ def _attn_bwd_dkdv_kernel(
     DELTA,  # (B, H, Nq) fp32, the same layout as LSE
     DK,  # (B, H_kv, Nk, d)
     DV,  # (B, H_kv, Nk, d), the strides of DK
+    CU_Q,  # varlen only (all tensors then packed, as in the forward): (B + 1,) int32 query offsets
+    CU_K,  # varlen only: (B + 1,) int32 key offsets
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -340,6 +369,7 @@ def _attn_bwd_dkdv_kernel(
     BLOCK_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     IS_FP32: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
     EVEN_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -353,6 +383,21 @@ def _attn_bwd_dkdv_kernel(
     off_bhk = tl.program_id(1)
     off_b = (off_bhk // num_kv_heads).to(tl.int64)
     off_hk = (off_bhk % num_kv_heads).to(tl.int64)
+    if IS_VARLEN:
+        k_start = tl.load(CU_K + off_b).to(tl.int64)
+        seqlen_k = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
+        if start_n >= seqlen_k:
+            return
+        q_start = tl.load(CU_Q + off_b).to(tl.int64)
+        seqlen_q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        K += k_start * stride_kn
+        V += k_start * stride_vn
+        DK += k_start * stride_gn
+        DV += k_start * stride_gn
+        Q += q_start * stride_qm
+        DO += q_start * stride_dom
+        LSE += q_start
+        DELTA += q_start
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -489,6 +534,8 @@ def _attn_bwd_dq_kernel(
     LSE,  # (B, H, Nq) fp32, rows contiguous
     DELTA,  # (B, H, Nq) fp32, the same layout as LSE
     DQ,  # (B, H, Nq, d)
+    CU_Q,  # varlen only (all tensors then packed, as in the forward): (B + 1,) int32 query offsets
+    CU_K,  # varlen only: (B + 1,) int32 key offsets
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -504,6 +551,7 @@ def _attn_bwd_dq_kernel(
     BLOCK_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     IS_FP32: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -515,6 +563,20 @@ def _attn_bwd_dq_kernel(
     off_b = (off_bh // num_heads).to(tl.int64)
     off_h = (off_bh % num_heads).to(tl.int64)
     off_hk = off_h // group
+    if IS_VARLEN:
+        q_start = tl.load(CU_Q + off_b).to(tl.int64)
+        seqlen_q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        if start_m >= seqlen_q:
+            return
+        k_start = tl.load(CU_K + off_b).to(tl.int64)
+        seqlen_k = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
+        Q += q_start * stride_qm
+        DO += q_start * stride_dom
+        DQ += q_start * stride_gm
+        LSE += q_start
+        DELTA += q_start
+        K += k_start * stride_kn
+        V += k_start * stride_vn
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -562,9 +624,10 @@ def _attn_bwd_dq_kernel(
              dq.to(DQ.dtype.element_ty), mask=q_mask)  # fmt: skip
 
 
+# Even sizes select the unmasked loads and stores at compile time; packed (varlen) sequences never are
 _fwd_heuristic_kernel = triton.heuristics(
     {
-        "EVEN_M": lambda a: a["seqlen_q"] % a["BLOCK_M"] == 0,
-        "EVEN_N": lambda a: a["seqlen_k"] % a["BLOCK_N"] == 0,
+        "EVEN_M": lambda a: not a["IS_VARLEN"] and a["seqlen_q"] % a["BLOCK_M"] == 0,
+        "EVEN_N": lambda a: not a["IS_VARLEN"] and a["seqlen_k"] % a["BLOCK_N"] == 0,
     }
 )(_attn_fwd_kernel)
