@@ -137,7 +137,7 @@ def _decode_merge_kernel(
 # ---------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _multiprocessors(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: a few splits still exercise the merge
