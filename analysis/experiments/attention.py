@@ -130,7 +130,7 @@ def _kernel_config(name: str, mode: str, config: str | None, q: torch.Tensor, k:
     if name == "ours-decode":
         from kernels.attention import decode
 
-        return f"num_splits={decode.choose_splits(q.shape[0] * q.shape[1], k.shape[2], q.device)}"
+        return f"num_splits={decode.last_splits()}"
     if name == "ours-decode-unsplit":
         return "num_splits=1"
     return ""

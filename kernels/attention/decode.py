@@ -27,7 +27,7 @@ import triton.language as tl
 from kernels._runtime import INTERPRET, softmax_scale
 from kernels.attention.fa2 import _attn_fwd_inner, _check_inputs
 
-__all__ = ["attention", "forward", "choose_splits", "MAX_QUERY_LEN"]
+__all__ = ["attention", "forward", "choose_splits", "last_splits", "MAX_QUERY_LEN"]
 
 MAX_QUERY_LEN = 16
 BLOCK_M = 16  # query rows per program: the whole (short) query
@@ -137,6 +137,14 @@ def _decode_merge_kernel(
 # ---------------------------------------------------------------------------------------------------
 
 
+_LAST_SPLITS: list[int | None] = [None]
+
+
+def last_splits() -> int | None:
+    """The number of key splits the most recent ``forward`` call ran (after rounding to whole key blocks)."""
+    return _LAST_SPLITS[0]
+
+
 @functools.cache
 def _multiprocessors(device: torch.device) -> int:
     if device.type != "cuda":
@@ -177,6 +185,7 @@ def forward(
         raise ValueError(f"num_splits must be >= 1, got {splits}")
     chunk = triton.cdiv(triton.cdiv(seqlen_k, splits), BLOCK_N) * BLOCK_N
     splits = triton.cdiv(seqlen_k, chunk)  # no empty trailing split
+    _LAST_SPLITS[0] = splits
     part_o = torch.empty((splits, b * h, seqlen_q, d), device=q.device, dtype=torch.float32)
     part_lse = torch.empty((splits, b * h, seqlen_q), device=q.device, dtype=torch.float32)
     block_d = max(16, triton.next_power_of_2(d))

@@ -56,6 +56,15 @@ def test_split_choice_fills_the_device_and_respects_blocks():
     assert decode.choose_splits(1, 10**9, cpu) <= 128
 
 
+def test_last_splits_reports_the_rounded_count(device):
+    q, k, v = _inputs((1, 1, 1, 1, 70, 16, False, F32), device)
+    blocks = -(-70 // decode.BLOCK_N)
+    decode.forward(q, k, v, num_splits=64)  # more splits than key blocks: one split per block
+    assert decode.last_splits() == blocks
+    decode.forward(q, k, v, num_splits=1)
+    assert decode.last_splits() == 1
+
+
 def test_custom_scale(device):
     q, k, v = _inputs((1, 2, 2, 2, 70, 32, False, F32), device)
     out = decode.forward(q, k, v, sm_scale=0.1, num_splits=4)[0]
