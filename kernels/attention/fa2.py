@@ -332,8 +332,9 @@ def default_bwd_configs(
         return FA2BwdConfig(BWD_CONFIG_INTERPRET, BWD_CONFIG_INTERPRET)
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
-    elem_bytes = torch.empty((), dtype=dtype).element_size()
-    return gpu_bwd_configs(head_dim, causal, elem_bytes=elem_bytes, smem_limit=_shared_mem_limit(torch.device(device)))
+    return gpu_bwd_configs(
+        head_dim, causal, elem_bytes=dtype.itemsize, smem_limit=_shared_mem_limit(torch.device(device))
+    )
 
 
 _LAST_BWD_CONFIG: list[FA2BwdConfig | None] = [None]

@@ -242,9 +242,18 @@ def test_fp32_at_d128_falls_back_on_h200():
     assert chosen.dkdv == C(64, 64, 4, 2) and chosen.dq == C(64, 64, 4, 2)
 
 
-def test_interpreter_default_is_small(device):
-    if device == "cpu":
-        assert fa2.default_bwd_configs(128, True) == (C(16, 16, 4, 1), C(16, 16, 4, 1))
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the interpreter's default; a CUDA GPU is present")
+def test_interpreter_default_is_small():
+    assert fa2.default_bwd_configs(128, True) == (C(16, 16, 4, 1), C(16, 16, 4, 1))
+
+
+@pytest.mark.gpu
+def test_gpu_default_is_the_fitting_sweep_winner():
+    props = torch.cuda.get_device_properties(0)
+    chosen = fa2.default_bwd_configs(128, False, "cuda", torch.bfloat16)
+    assert chosen == fa2.gpu_bwd_configs(128, False, smem_limit=fa2._shared_mem_limit(torch.device("cuda", 0)))
+    if props.major == 9:  # Hopper: the H200 sweep's winners fit
+        assert chosen == (C(64, 64, 4, 2), C(128, 128, 8, 2))
 
 
 @pytest.mark.parametrize("head_dim", [0, 257])
