@@ -242,8 +242,11 @@ def _attn_bwd_delta_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """Δ for BLOCK_M rows of one batch·head, accumulated in fp32 without an fp32 copy of O or dO in HBM."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    """Δ for BLOCK_M rows of one batch·head, accumulated in fp32 without an fp32 copy of O or dO in HBM.
+
+    A packed (varlen) batch comes as one batch of total_q rows: the row offsets are 64-bit, since the token
+    axis of a whole packed batch can pass 2³¹ elements."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     off_bh = tl.program_id(1)
     off_b = (off_bh // num_heads).to(tl.int64)
     off_h = (off_bh % num_heads).to(tl.int64)
