@@ -200,7 +200,7 @@ def _bench_for_tuning(fn, quantiles):
 
 
 _TUNERS: dict[tuple, object] = {}
-_CHOSEN: dict[tuple, FA2Config] = {}  # (configs, device, dtype, shape, causal, eager) -> tuned choice
+_CHOSEN: dict[tuple, FA2Config] = {}  # (configs, device, dtype, shape, causal, eager, varlen) -> tuned choice
 _LAST_CONFIG: list[FA2Config | None] = [None]
 
 

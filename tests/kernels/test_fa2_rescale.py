@@ -3,7 +3,7 @@
 Lazy (the default, FA-2) divides the unnormalised accumulator by ℓ once at the end; eager divides the
 running output by ℓ after every K/V tile and un-normalises it before the next, as FA-1 does. Both are
 judged against float64 under the tolerance policy, on odd shapes, causal or not, fp16 and fp32; the
-logsumexp is the same arithmetic in both and must agree bit for bit.
+logsumexp is the same arithmetic in both and must agree to float32 rounding.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def test_eager_and_lazy_both_match_float64(shape, device):
     eager, lse_eager = fa2.forward(q, k, v, causal=causal, rescale="eager")
     assert_matches_reference(f"lazy {shape}", lazy, q, k, v, causal)
     assert_matches_reference(f"eager {shape}", eager, q, k, v, causal)
-    assert torch.equal(lse_eager, lse_lazy)
+    # the same arithmetic for ℓ and m in both; compiled kernels may still contract or schedule the two
+    # variants differently, so agreement is to float32 rounding, not bit for bit
+    torch.testing.assert_close(lse_eager, lse_lazy, atol=1e-5, rtol=1e-6)
     blind = max(0, shape[2] - shape[3]) if causal else 0
     assert torch.count_nonzero(eager[:, :, :blind]) == 0, "rows that see no key must be exactly 0"
 
@@ -79,7 +81,8 @@ def test_tuner_keeps_lazy_and_eager_apart(causal, monkeypatch):
     q, k, v = _inputs((2, 3, 257, 257, 128, causal, BF16), "cuda")
     lazy, _ = fa2.forward(q, k, v, causal=causal)
     eager, _ = fa2.forward(q, k, v, causal=causal, rescale="eager")
-    keys = [key for key in fa2._CHOSEN if key[3:7] == (257, 257, 128, causal)]
-    assert {key[-1] for key in keys} == {False, True}
+    # _CHOSEN's key: (configs, device, dtype, seqlen_q, seqlen_k, head_dim, causal, eager, varlen)
+    keys = [key for key in fa2._CHOSEN if key[3:7] == (257, 257, 128, causal) and not key[8]]
+    assert {key[7] for key in keys} == {False, True}
     assert_matches_reference("lazy (tuned)", lazy, q, k, v, causal)
     assert_matches_reference("eager (tuned)", eager, q, k, v, causal)
