@@ -7,7 +7,11 @@ Copies, byte for byte, what the pipeline wrote for that GPU type: the collected 
 tables, and the Nsight Compute traffic table with its raw output and figures where that experiment
 ran; then writes ``MANIFEST.json`` (SHA-256 of every copied file, the commit and environment they came
 from, when and with what command they were made) so that a reader can check that nothing was edited
-after the run. It refuses to publish a table whose rows name another GPU type or a mix of commits.
+after the run. It refuses to publish a table whose rows name another GPU type, or a mix of commits unless
+``--allow-mixed`` is given (a run resumed after a commit): then the manifest lists the rows per commit and
+every file under the measured code (kernels/, analysis/experiments/, the harness, the FLOP model, the
+benchmark script) that differs between those commits, from ``git diff``, so that a reader can judge
+whether the rows are comparable.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import hashlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 from analysis import tables
@@ -26,7 +31,25 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def publish(gpu: str, results: Path, dest: Path, command: str = "") -> Path:
+# what a result row depends on: a difference here between two commits can change a measurement
+MEASURED_CODE = ["kernels", "analysis/experiments", "analysis/harness.py", "analysis/flops.py",
+                 "workflow/scripts/attention_benchmark.py"]  # fmt: skip
+
+
+def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, list[str]]:
+    """Files of ``MEASURED_CODE`` that differ between the first commit and each later one (``git diff``)."""
+    repo = repo or Path(__file__).resolve().parents[1]
+    out = {}
+    for other in shas[1:]:
+        names = subprocess.run(
+            ["git", "diff", "--name-only", shas[0], other, "--", *MEASURED_CODE],
+            cwd=repo, capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        out[f"{shas[0][:12]}..{other[:12]}"] = names
+    return out
+
+
+def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed: bool = False) -> Path:
     src = results / gpu
     table = src / "attention.csv"
     env_json = src / "environment.json"
@@ -37,9 +60,13 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "") -> Path:
     gpus = set(df["gpu"].dropna().astype(str))
     if gpus != {gpu}:
         raise ValueError(f"{table} holds rows of GPU types {sorted(gpus)}, expected only {gpu!r}")
-    shas = set(df["git_sha"].dropna().astype(str))
-    if len(shas) != 1:
-        raise ValueError(f"{table} mixes results of several commits {sorted(shas)}; rerun from one commit")
+    per_sha = df["git_sha"].dropna().astype(str).value_counts()
+    shas = sorted(per_sha.index, key=lambda sha: -per_sha[sha])  # the commit of most rows first
+    if len(shas) != 1 and not allow_mixed:
+        raise ValueError(
+            f"{table} mixes results of several commits {shas}; rerun from one commit (or publish with "
+            "--allow-mixed, which records the rows and code changes per commit)"
+        )
 
     out = dest / gpu
     if out.exists():
@@ -72,7 +99,7 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "") -> Path:
 
     manifest = {
         "gpu": gpu,
-        "git_sha": shas.pop(),
+        "git_sha": shas[0],
         "published": now_utc(),
         "command": command,
         "rows": int(len(df)),
@@ -80,6 +107,9 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "") -> Path:
         "environment": json.loads(env_json.read_text()),
         "files": {str(d.relative_to(out)): _sha256(d) for d in sorted(copies.values())},
     }
+    if len(shas) > 1:
+        manifest["rows_per_commit"] = {sha: int(per_sha[sha]) for sha in shas}
+        manifest["measured_code_changes"] = measured_code_diff(shas)
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out
 
@@ -90,8 +120,13 @@ def main(argv=None) -> None:
     ap.add_argument("--results", default="results", type=Path, help="the pipeline's results_dir")
     ap.add_argument("--dest", default="reports/reference", type=Path, help="reference folder")
     ap.add_argument("--command", default="", help="the command that produced the results, for the manifest")
+    ap.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="accept rows of several commits (a resumed run); the manifest lists them and the code diff",
+    )
     args = ap.parse_args(argv)
-    out = publish(args.gpu, args.results, args.dest, args.command)
+    out = publish(args.gpu, args.results, args.dest, args.command, allow_mixed=args.allow_mixed)
     print(f"published {args.gpu} results to {out}")
 
 

@@ -1,0 +1,84 @@
+"""Publishing a GPU's results as the reference set: byte-for-byte copies, a manifest of SHA-256 sums, and
+refusals for tables that name another GPU type or, unless allowed and recorded, several commits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pytest
+
+from analysis import publish, tables
+
+SHA_A, SHA_B = "a" * 40, "b" * 40
+
+
+def _row(sha: str, gpu: str = "h200", **over) -> dict:
+    r = {c: math.nan for c in tables.COLUMNS}
+    r.update(experiment="fa2-setting", family="attention", op="attention", impl="ours-fa2", dtype="float16",
+             mode="fwd", batch=1, heads=1, heads_kv=1, seqlen_q=128, seqlen_k=128, head_dim=64, causal=False,
+             status="ok", message="", timed=True, gpu=gpu, gpu_name="NVIDIA H200", git_sha=sha,
+             timestamp="2026-01-01T00:00:00Z", kernel_config="")  # fmt: skip
+    r.update(over)
+    return r
+
+
+def _results(tmp_path, rows):
+    res = tmp_path / "results"
+    (res / "h200" / "attention").mkdir(parents=True)
+    tables.write_rows(rows, res / "h200" / "attention.csv")
+    tables.write_rows(rows[:1], res / "h200" / "attention" / "shard.csv")
+    (res / "h200" / "environment.json").write_text(json.dumps({"gpu": "h200", "git_sha": rows[0]["git_sha"]}))
+    (res / "logs" / "h200").mkdir(parents=True)
+    (res / "logs" / "h200" / "shard.log").write_text("ran\n")
+    return res
+
+
+def test_publish_copies_and_writes_a_checkable_manifest(tmp_path):
+    res = _results(tmp_path, [_row(SHA_A), _row(SHA_A, seqlen_q=256, seqlen_k=256)])
+    out = publish.publish("h200", res, tmp_path / "ref", command="snakemake --cores all")
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["git_sha"] == SHA_A and manifest["rows"] == 2 and manifest["command"]
+    assert "rows_per_commit" not in manifest
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    assert (out / "attention.csv").read_bytes() == (res / "h200" / "attention.csv").read_bytes()
+    assert (out / "jobs" / "shard.csv").is_file() and (out / "logs" / "shard.log").is_file()
+
+
+def test_publish_refuses_other_gpu_types(tmp_path):
+    res = _results(tmp_path, [_row(SHA_A), _row(SHA_A, gpu="a100-sxm4-80gb")])
+    with pytest.raises(ValueError, match="GPU types"):
+        publish.publish("h200", res, tmp_path / "ref")
+
+
+def test_mixed_commits_need_allow_mixed_and_are_recorded(tmp_path, monkeypatch):
+    res = _results(tmp_path, [_row(SHA_A), _row(SHA_A, seqlen_q=256), _row(SHA_B, seqlen_q=512)])
+    with pytest.raises(ValueError, match="several commits"):
+        publish.publish("h200", res, tmp_path / "ref")
+    seen = []
+
+    def fake_diff(shas, repo=None):
+        seen.append(shas)
+        return {f"{shas[0][:12]}..{shas[1][:12]}": ["kernels/attention/decode.py"]}
+
+    monkeypatch.setattr(publish, "measured_code_diff", fake_diff)
+    out = publish.publish("h200", res, tmp_path / "ref", allow_mixed=True)
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["git_sha"] == SHA_A  # the commit of most rows
+    assert manifest["rows_per_commit"] == {SHA_A: 2, SHA_B: 1}
+    assert manifest["measured_code_changes"] == {"aaaaaaaaaaaa..bbbbbbbbbbbb": ["kernels/attention/decode.py"]}
+    assert seen == [[SHA_A, SHA_B]]
+
+
+def test_measured_code_diff_asks_git_about_the_measured_code_only(monkeypatch):
+    calls = []
+
+    class Done:
+        stdout = "kernels/attention/decode.py\n"
+
+    monkeypatch.setattr(publish.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or Done())
+    assert publish.measured_code_diff([SHA_A, SHA_B]) == {"aaaaaaaaaaaa..bbbbbbbbbbbb": ["kernels/attention/decode.py"]}
+    assert calls[0][:5] == ["git", "diff", "--name-only", SHA_A, SHA_B]
+    assert calls[0][6:] == publish.MEASURED_CODE
