@@ -111,6 +111,44 @@ def _attn_fwd_inner(
 
 
 @triton.jit
+def _sequence(CU, off_b):
+    """Start (int64) and length (int32) of sequence ``off_b`` of a packed batch, from its offsets ``CU``."""
+    start = tl.load(CU + off_b).to(tl.int64)
+    return start, (tl.load(CU + off_b + 1) - start).to(tl.int32)
+
+
+@triton.jit
+def _key_tile_bounds(
+    start_m,
+    seqlen_q,
+    seqlen_k,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    EVEN_N: tl.constexpr,
+):
+    """Key range of the query block at ``start_m``: ``(diag, full_hi, hi)``.
+
+    Keys in [0, full_hi) are visible to every row of the block (the unmasked fast loop); [full_hi, hi)
+    are tiles that cross the causal diagonal or the sequence end (masked); keys from hi on are hidden.
+    ``diag`` = seqlen_k − seqlen_q aligns the causal mask to the bottom-right corner (0 when not causal).
+    """
+    if IS_CAUSAL:
+        diag = seqlen_k - seqlen_q
+        first_partial = tl.maximum(start_m + diag + 1, 0)  # keys below this are visible to every row
+        full_hi = (first_partial // BLOCK_N) * BLOCK_N
+        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), full_hi)
+    else:
+        diag = 0
+        if EVEN_N:
+            full_hi = seqlen_k
+        else:
+            full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
+        hi = seqlen_k
+    return diag, full_hi, hi
+
+
+@triton.jit
 def _attn_fwd_kernel(
     Q,  # (B, H, Nq, d); varlen: (total_q, H, d)
     K,  # (B, H_kv, Nk, d); varlen: (total_k, H_kv, d)
@@ -148,12 +186,10 @@ def _attn_fwd_kernel(
     off_hk = off_h // group  # the K/V head this query head reads (grouped-query attention)
     if IS_VARLEN:
         # packed sequences: this batch index's slice of the token axis; blocks past its end have no work
-        q_start = tl.load(CU_Q + off_b).to(tl.int64)
-        seqlen_q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        q_start, seqlen_q = _sequence(CU_Q, off_b)
         if start_m >= seqlen_q:
             return
-        k_start = tl.load(CU_K + off_b).to(tl.int64)
-        seqlen_k = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
+        k_start, seqlen_k = _sequence(CU_K, off_b)
         Q += q_start * stride_qm
         Out += q_start * stride_om
         LSE += q_start
@@ -184,18 +220,7 @@ def _attn_fwd_kernel(
 
     # Split the K/V range into tiles every row of this Q tile sees whole (no mask: the fast loop) and
     # tiles that cross the causal diagonal or the sequence end (masked); tiles past both are skipped.
-    if IS_CAUSAL:
-        diag = seqlen_k - seqlen_q
-        first_partial = tl.maximum(start_m + diag + 1, 0)  # keys below this are visible to every row
-        full_hi = (first_partial // BLOCK_N) * BLOCK_N
-        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), full_hi)
-    else:
-        diag = 0
-        if EVEN_N:
-            full_hi = seqlen_k
-        else:
-            full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
-        hi = seqlen_k
+    diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
 
     acc, l_i, m_i = _attn_fwd_inner(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
@@ -387,12 +412,10 @@ def _attn_bwd_dkdv_kernel(
     off_b = (off_bhk // num_kv_heads).to(tl.int64)
     off_hk = (off_bhk % num_kv_heads).to(tl.int64)
     if IS_VARLEN:
-        k_start = tl.load(CU_K + off_b).to(tl.int64)
-        seqlen_k = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
+        k_start, seqlen_k = _sequence(CU_K, off_b)
         if start_n >= seqlen_k:
             return
-        q_start = tl.load(CU_Q + off_b).to(tl.int64)
-        seqlen_q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        q_start, seqlen_q = _sequence(CU_Q, off_b)
         K += k_start * stride_kn
         V += k_start * stride_vn
         DK += k_start * stride_gn
@@ -567,12 +590,10 @@ def _attn_bwd_dq_kernel(
     off_h = (off_bh % num_heads).to(tl.int64)
     off_hk = off_h // group
     if IS_VARLEN:
-        q_start = tl.load(CU_Q + off_b).to(tl.int64)
-        seqlen_q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        q_start, seqlen_q = _sequence(CU_Q, off_b)
         if start_m >= seqlen_q:
             return
-        k_start = tl.load(CU_K + off_b).to(tl.int64)
-        seqlen_k = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
+        k_start, seqlen_k = _sequence(CU_K, off_b)
         Q += q_start * stride_qm
         DO += q_start * stride_dom
         DQ += q_start * stride_gm
@@ -598,18 +619,7 @@ def _attn_bwd_dq_kernel(
 
     # Key tiles as in the forward: [0, full_hi) visible to every row of the block (the fast loop),
     # [full_hi, hi) crossing the causal diagonal or the sequence end (masked); the rest is hidden.
-    if IS_CAUSAL:
-        diag = seqlen_k - seqlen_q
-        first_partial = tl.maximum(start_m + diag + 1, 0)  # keys below this are visible to every row
-        full_hi = (first_partial // BLOCK_N) * BLOCK_N
-        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), full_hi)
-    else:
-        diag = 0
-        if EVEN_N:
-            full_hi = seqlen_k
-        else:
-            full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
-        hi = seqlen_k
+    diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     dq = _attn_bwd_dq_tiles(
