@@ -43,3 +43,19 @@ def assert_gradients_match(name, fn, q, k, v, do, causal=False, sm_scale=None) -
         assert g.shape == r.shape and g.dtype == q.dtype, f"{part} {name}: {g.shape}/{g.dtype}"
         tolerance.assert_close(f"{part} {name}", g, r, s, q.dtype)
     return ours
+
+
+class PoisonedTorch:
+    """``torch`` as a kernel module sees it (monkeypatch it in), except that fresh buffers come filled with
+    NaN instead of garbage: an element a kernel should write but does not shows up in the result."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty_like(t, **kwargs):
+        return torch.full_like(t, float("nan"), **kwargs)
+
+    @staticmethod
+    def empty(*shape, **kwargs):
+        return torch.full(*shape, float("nan"), **kwargs)

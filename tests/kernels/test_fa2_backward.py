@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from attention_checks import assert_gradients_match, output_and_grads, random_tensors
+from attention_checks import PoisonedTorch, assert_gradients_match, output_and_grads, random_tensors
 
 from kernels.attention import fa2
 from kernels.attention.fa2 import FA2Config
@@ -162,21 +162,6 @@ def test_pinned_tiles_match_float64(case: Case, pin, device, monkeypatch):
     assert str(fa2.last_bwd_config()) == pin
 
 
-class _PoisonedTorch:
-    """``torch`` as ``fa2`` sees it, except that fresh buffers come filled with NaN instead of garbage."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty_like(t, **kwargs):
-        return torch.full_like(t, float("nan"), **kwargs)
-
-    @staticmethod
-    def empty(*shape, **kwargs):
-        return torch.full(*shape, float("nan"), **kwargs)
-
-
 @pytest.mark.parametrize(
     "case, kv_heads",
     [
@@ -191,7 +176,7 @@ def test_every_gradient_written(case: Case, kv_heads, device, monkeypatch):
     k, v = random_tensors([(case.batch, kv_heads, case.seqlen_k, case.head_dim)] * 2, case.dtype, device, 13)
     out, lse = fa2.forward(q, k, v, causal=case.causal)
     clean = fa2.backward(do, q, k, v, out, lse, causal=case.causal)
-    monkeypatch.setattr(fa2, "torch", _PoisonedTorch())
+    monkeypatch.setattr(fa2, "torch", PoisonedTorch())
     poisoned = fa2.backward(do, q, k, v, out, lse, causal=case.causal)
     monkeypatch.undo()
     for name, a, b in zip(("dq", "dk", "dv"), poisoned, clean, strict=True):

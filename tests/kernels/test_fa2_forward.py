@@ -13,7 +13,7 @@ import math
 
 import pytest
 import torch
-from attention_checks import assert_matches_reference
+from attention_checks import PoisonedTorch, assert_matches_reference
 
 from kernels import tolerance
 from kernels.attention import fa2, reference
@@ -470,21 +470,6 @@ def test_no_grad_path_matches_the_graph_path(which, device):
 # ---------------------------------------------------------------------------------------------------
 
 
-class _PoisonedTorch:
-    """``torch`` as ``fa2`` sees it, except that fresh buffers come filled with NaN instead of garbage."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty_like(t, **kwargs):
-        return torch.full_like(t, float("nan"), **kwargs)
-
-    @staticmethod
-    def empty(*shape, **kwargs):
-        return torch.full(*shape, float("nan"), **kwargs)
-
-
 @pytest.mark.parametrize(
     "case",
     [
@@ -495,7 +480,7 @@ class _PoisonedTorch:
 )
 def test_every_output_written(case: Case, device, monkeypatch):
     q, k, v = _inputs(case, device, seed=6)
-    monkeypatch.setattr(fa2, "torch", _PoisonedTorch())
+    monkeypatch.setattr(fa2, "torch", PoisonedTorch())
     out, lse = fa2.forward(q, k, v, causal=case.causal)
     monkeypatch.undo()
     assert not torch.isnan(out).any(), "output elements left unwritten (still NaN)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attention_checks import output_and_grads, random_tensors
+from attention_checks import PoisonedTorch, output_and_grads, random_tensors
 
 from kernels import tolerance
 from kernels.attention import fa2, reference
@@ -151,28 +151,13 @@ def test_custom_scale_and_larger_max_seqlen(device):
     _assert_varlen_matches("sm_scale=0.3", q, k, v, do, cu_q, cu_k, lens_q, lens_k, True, fn=fn, sm_scale=0.3)
 
 
-class _PoisonedTorch:
-    """``torch`` as ``fa2`` sees it, except that fresh buffers come filled with NaN instead of garbage."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty_like(t, **kwargs):
-        return torch.full_like(t, float("nan"), **kwargs)
-
-    @staticmethod
-    def empty(*shape, **kwargs):
-        return torch.full(*shape, float("nan"), **kwargs)
-
-
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_every_output_and_gradient_written(causal, device, monkeypatch):
     lens_q, lens_k = [20, 0, 9, 5, 33], [8, 3, 9, 0, 33]
     q, k, v, do, cu_q, cu_k = _packed_inputs(lens_q, lens_k, 2, 1, 16, F16, device, seed=6)
     clean_out, clean_lse = fa2.forward_varlen(q, k, v, cu_q, cu_k, causal=causal)
     clean = fa2.backward_varlen(do, q, k, v, clean_out, clean_lse, cu_q, cu_k, causal=causal)
-    monkeypatch.setattr(fa2, "torch", _PoisonedTorch())
+    monkeypatch.setattr(fa2, "torch", PoisonedTorch())
     out, lse = fa2.forward_varlen(q, k, v, cu_q, cu_k, causal=causal)
     grads = fa2.backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, causal=causal)
     monkeypatch.undo()
