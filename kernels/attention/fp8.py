@@ -1,0 +1,625 @@
+"""FP8 attention forward in the FlashAttention-3 manner: Q, K, V in float8 e4m3 with fp32 descale factors.
+
+What it is: the FA-2 forward loop (one program per BLOCK_M query rows and batch·head, K/V streamed in
+BLOCK_N-row tiles, online softmax in the log2 domain, one division by ℓ at the end) with both products on
+FP8 operands: S = Q₈ K₈ᵀ with fp32 accumulation, multiplied by the Q and K descale factors of the tiles;
+P = exp2(S - m) ∈ [0, 1] multiplied by ``P_SCALE`` = 256 (a power of two, so exactly) and converted to
+e4m3, which keeps P's small entries out of e4m3's subnormal range down to 2⁻¹⁴ instead of 2⁻⁶, then
+O += P₈ V₈ with fp32 accumulation, times the V descale factor. The row sum ℓ is taken from the fp32 P
+before rounding, as FlashAttention-3 does. Output in bfloat16 or float16.
+
+Quantisation (``quantize``, ``dequantize``): x ≈ x₈ · scale, scale = amax / 448 (e4m3's largest finite
+value) over the granularity's group, fp32; a group that is all zeros gets scale 1; x / scale is clamped to
+±448 before the cast (saturating: torch's cast gives NaN past 448). Granularities: ``"tensor"`` (one
+scale, shape ()), ``"head"`` (one per batch·head, shape (B, H)), ``"block"`` (one per block of ``block``
+sequence rows of each batch·head, shape (B, H, ⌈N / block⌉)): FlashAttention-3's choice, with blocks equal
+to the kernel's tiles (BLOCK_M rows for Q, BLOCK_N for K and V), so each tile has one scale per operand.
+Incoherent processing (``rotation``, ``attention(..., rotate=True)``): Q and K are multiplied by the same
+random orthogonal matrix M = diag(±1) · H_d / √d (H_d Sylvester's Hadamard matrix; d a power of two)
+before quantising: (QM)(KM)ᵀ = QKᵀ, while an outlier coordinate is spread over all d. For other head dims
+M is a random orthogonal matrix from the QR factorisation of a Gaussian matrix (the same property, dense).
+
+Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, causal (aligned bottom-right, as fa2.py) or not,
+grouped-query attention (K/V heads dividing Q heads), head dims 1…256 (padded inside the kernel to a power
+of two ≥ 32, the K extent of an FP8 MMA), ``[B, H, N, d]`` tensors with any strides. Forward only (no
+backward, no logsumexp output).
+
+Interpreter vs GPU: Triton 3.6's interpreter runs ``tl.dot`` on e4m3 operands correctly (it widens them
+to float16, exactly, and accumulates in fp32), but its fp32 → e4m3 conversion is wrong (ties round up,
+a carry past the mantissa gives 1.0 for 1.97, subnormals flush to 0, values past 448 wrap). So the
+kernel's one in-kernel conversion, P → e4m3, has an ``EMULATE_P_CAST`` path for the interpreter: P is
+rounded to the nearest e4m3 value (ties to even) with fp32 bit arithmetic and multiplied with V widened to
+float16, which is what an FP8 MMA computes. On a GPU (compute capability ≥ 8.9) P is converted with the
+hardware's saturating round-to-nearest-even and both products run on FP8 tensor cores. On sm_90 Triton's
+FP8 ``tl.dot`` accumulates with the tensor core's own (reduced-precision) fp32 accumulation over the whole
+reduction unless ``max_num_imprecise_acc`` is set; that default is kept here.
+
+Tested: in Triton's interpreter on CPU (tests/kernels/test_fp8.py: odd lengths, d = 64 and 128, causal and
+not, GQA, all granularities, rotation); the GPU path compiled for sm_90 (wgmma on e4m3 operands), never
+run on a GPU yet. Tiles are untuned guesses (``default_config``).
+
+Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
+configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch
+float64 replica of the kernel's arithmetic for the tests.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._runtime import INTERPRET, check_device, softmax_scale
+from kernels.attention.fa2 import FA2Config
+from kernels.attention.fa2_kernels import _key_tile_bounds
+
+__all__ = [
+    "E4M3_MAX",
+    "P_SCALE",
+    "GRANULARITIES",
+    "FP8Config",
+    "quantize",
+    "dequantize",
+    "hadamard",
+    "rotation",
+    "default_config",
+    "config_in_effect",
+    "require_fp8_tensor_cores",
+    "MIN_CAPABILITY",
+    "forward_quantized",
+    "attention",
+    "emulate",
+]
+
+FP8 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
+# P ∈ [0, 1] is multiplied by this before the cast to e4m3: a power of two (exact), and 256·1 stays below 448
+P_SCALE = 256.0
+GRANULARITIES = ("tensor", "head", "block")
+OUT_DTYPES = (torch.bfloat16, torch.float16)
+MAX_HEAD_DIM = 256
+_LOG2E = 1.4426950408889634
+
+FP8Config = FA2Config  # the same four launch parameters: BLOCK_M, BLOCK_N, num_warps, num_stages
+
+
+# ---------------------------------------------------------------------------------------------------
+# Quantisation and incoherent processing (torch)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _check_granularity(granularity: str) -> None:
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+
+
+def quantize(
+    x: torch.Tensor, granularity: str = "block", block: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise ``x`` ``[B, H, N, d]`` to e4m3: returns ``(x8, scale)`` with x ≈ x8.float() · scale.
+
+    ``scale`` is float32: shape () for ``"tensor"``, (B, H) for ``"head"``, (B, H, ⌈N / block⌉) for
+    ``"block"`` (``block`` rows of the sequence axis per scale; required there, ignored otherwise).
+    scale = amax / 448 over the group, 1 for an all-zero group; values are clamped to ±448 after dividing
+    (saturating). Raises ``ValueError`` for non-finite values (one host synchronisation on a GPU).
+    """
+    _check_granularity(granularity)
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x must be a [batch, heads, seq, head_dim] tensor, got {getattr(x, 'shape', type(x))}")
+    if not x.is_floating_point() or x.dtype == FP8:
+        raise TypeError(f"x must be a float16, bfloat16 or float32 tensor to quantise, got {x.dtype}")
+    b, h, n, d = x.shape
+    xf = x.float()
+    if granularity == "tensor":
+        amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
+        expanded = amax
+    elif granularity == "head":
+        amax = xf.abs().amax(dim=(2, 3)) if n * d else xf.new_zeros((b, h))
+        expanded = amax[:, :, None, None]
+    else:
+        if block is None or int(block) < 1:
+            raise ValueError(f"granularity 'block' needs a positive block size, got {block!r}")
+        block = int(block)
+        nblk = triton.cdiv(n, block)
+        padded = torch.nn.functional.pad(xf, (0, 0, 0, nblk * block - n))
+        amax = padded.reshape(b, h, nblk, block * d).abs().amax(dim=3) if d else xf.new_zeros((b, h, nblk))
+        expanded = amax.repeat_interleave(block, dim=2)[:, :, :n, None]
+    if not bool(torch.isfinite(amax).all()):
+        raise ValueError("cannot quantise a tensor with NaN or Inf values")
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    div = torch.where(expanded > 0, expanded / E4M3_MAX, torch.ones_like(expanded))
+    x8 = (xf / div).clamp_(-E4M3_MAX, E4M3_MAX).to(FP8)
+    return x8, scale
+
+
+def _expanded_scale(scale: torch.Tensor, shape: torch.Size, block: int | None) -> torch.Tensor:
+    """A scale of any granularity as a (B, H, N, 1) float32 tensor of one factor per row."""
+    b, h, n, _ = shape
+    if scale.dim() == 0:
+        return scale.float().reshape(1, 1, 1, 1).expand(b, h, n, 1)
+    if scale.dim() == 2:
+        return scale.float()[:, :, None, None].expand(b, h, n, 1)
+    return scale.float().repeat_interleave(block, dim=2)[:, :, :n, None]
+
+
+def dequantize(x8: torch.Tensor, scale: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """``x8.float() · scale`` in float32, for a scale of any granularity (``block``: rows per block scale)."""
+    if scale.dim() == 3 and block is None:
+        raise ValueError("a per-block scale needs its block size")
+    _check_scale("scale", scale, x8.shape, block)
+    return x8.float() * _expanded_scale(scale, x8.shape, block)
+
+
+def hadamard(n: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """Sylvester's Hadamard matrix of order ``n`` (a power of two): entries ±1, H Hᵀ = n I."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"Sylvester's Hadamard matrix exists for powers of two only, got {n}")
+    h = torch.ones((1, 1), device=device, dtype=dtype)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], dim=1), torch.cat([h, -h], dim=1)], dim=0)
+    return h
+
+
+def rotation(d: int, seed: int = 0, device=None, dtype=torch.float32) -> torch.Tensor:
+    """A random orthogonal ``d × d`` matrix for incoherent processing (drawn on the CPU from ``seed``).
+
+    Power-of-two d: diag(s) · H_d / √d with s random signs (FlashAttention-3's choice: multiplying by it
+    costs O(d log d) with a fast transform; here it is a plain matmul). Other d: the Q factor of a Gaussian
+    matrix's QR factorisation, signs fixed so that it is Haar-distributed.
+    """
+    if d < 1:
+        raise ValueError(f"head dim must be positive, got {d}")
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    if d & (d - 1) == 0:
+        signs = torch.randint(0, 2, (d,), generator=gen, dtype=torch.float64) * 2 - 1
+        m = signs[:, None] * hadamard(d, dtype=torch.float64) / math.sqrt(d)
+    else:
+        qr_q, qr_r = torch.linalg.qr(torch.randn((d, d), generator=gen, dtype=torch.float64))
+        m = qr_q * torch.sign(torch.diagonal(qr_r))[None, :]
+    return m.to(device=device, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Triton kernels
+# ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _round_to_e4m3(x):
+    """Round x (fp32, 0 ≤ x ≤ 448) to the nearest e4m3 value, ties to even, staying in fp32.
+
+    Normal range (x ≥ 2⁻⁶): keep 3 mantissa bits by integer rounding of the fp32 bits (a carry propagates
+    into the exponent, as it should). Subnormal range: multiples of 2⁻⁹, by the add-and-subtract of 2²³,
+    whose fp32 rounding is the round-to-nearest-even to an integer.
+    """
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000
+    normal = rounded.to(tl.float32, bitcast=True)
+    small = ((x * 512.0 + 8388608.0) - 8388608.0) * 0.001953125
+    return tl.where(x >= 0.015625, normal, small)
+
+
+@triton.jit
+def _fp8_fwd_inner(
+    acc,  # (BLOCK_M, BLOCK_D) fp32, unnormalised output so far (in units of P_SCALE · V₈, times V scales)
+    l_i,  # (BLOCK_M,) fp32 running row sum of exp2 (unscaled P)
+    m_i,  # (BLOCK_M,) fp32 running row max in the scaled log2 domain
+    q,  # (BLOCK_M, BLOCK_D) e4m3, pre-loaded
+    k_ptrs,  # (BLOCK_N, BLOCK_D) pointers to the first K tile of this batch·head
+    v_ptrs,
+    ks_ptr,  # K descale of this batch·head's first K/V block
+    vs_ptr,
+    stride_kn,
+    stride_vn,
+    stride_ksblk,  # 0 unless K's scales are per block
+    stride_vsblk,
+    kv_scale_block,  # rows per K/V scale block (a multiple of BLOCK_N)
+    offs_m,
+    offs_n,
+    offs_d,
+    lo,
+    hi,
+    seqlen_k,
+    diag,
+    qk_scale,  # sm_scale · log2(e) · Q descale
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    V_SCALE_PER_TILE: tl.constexpr,
+    EMULATE_P_CAST: tl.constexpr,
+):
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        if MASKED:
+            kv_mask = cols[:, None] < seqlen_k
+            if not EVEN_D:
+                kv_mask = kv_mask & (offs_d[None, :] < HEAD_DIM)
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        blk = start_n // kv_scale_block
+        k_scale = tl.load(ks_ptr + blk * stride_ksblk)
+        qk = tl.dot(q, tl.trans(k))  # FP8 × FP8 → fp32
+        if MASKED:
+            keep = cols[None, :] < seqlen_k
+            if IS_CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+            qk = tl.where(keep, qk, float("-inf"))
+        s = qk * (qk_scale * k_scale)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if MASKED:
+            # a row that has seen no visible key still has m = -inf; exp2(-inf - -inf) would be NaN
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASKED:
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        if EMULATE_P_CAST:
+            # the interpreter's fp32 → e4m3 cast is wrong; an e4m3-rounded P in float16 (exact) times V
+            # widened to float16 (exact) with fp32 accumulation is what the FP8 MMA computes
+            p_op = _round_to_e4m3(p * 256.0).to(tl.float16)
+            v_op = v.to(tl.float16)
+        else:
+            p_op = (p * 256.0).to(tl.float8e4nv)
+            v_op = v
+        if V_SCALE_PER_TILE:
+            acc += tl.dot(p_op, v_op) * tl.load(vs_ptr + blk * stride_vsblk)
+        else:
+            acc = tl.dot(p_op, v_op, acc)
+        m_i = m_new
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fp8_fwd_kernel(
+    Q,  # (B, H, Nq, d) e4m3
+    K,  # (B, H_kv, Nk, d) e4m3
+    V,  # like K
+    Out,  # (B, H, Nq, d) bfloat16 or float16
+    QS,  # Q descale factors, fp32: strides (b, h, block), 0 where the granularity is coarser
+    KS,
+    VS,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_qsb, stride_qsh, stride_qsblk,
+    stride_ksb, stride_ksh, stride_ksblk,
+    stride_vsb, stride_vsh, stride_vsblk,
+    q_scale_block,  # rows per Q scale block (a multiple of BLOCK_M)
+    kv_scale_block,  # rows per K/V scale block (a multiple of BLOCK_N)
+    num_heads,
+    group,  # query heads per K/V head
+    seqlen_q,
+    seqlen_k,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    V_SCALE_PER_TILE: tl.constexpr,  # V's scale varies along the keys: applied per tile, not at the end
+    EMULATE_P_CAST: tl.constexpr,  # the interpreter's path (see the module docstring)
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    start_m = tl.program_id(0) * BLOCK_M
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // num_heads).to(tl.int64)
+    off_h = (off_bh % num_heads).to(tl.int64)
+    off_hk = off_h // group
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    k_ptrs = K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    io_mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(q_ptrs, mask=io_mask, other=0.0)
+
+    q_scale = tl.load(QS + off_b * stride_qsb + off_h * stride_qsh + (start_m // q_scale_block) * stride_qsblk)
+    ks_ptr = KS + off_b * stride_ksb + off_hk * stride_ksh
+    vs_ptr = VS + off_b * stride_vsb + off_hk * stride_vsh
+    qk_scale = sm_scale * 1.4426950408889634 * q_scale
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
+    acc, l_i, m_i = _fp8_fwd_inner(
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, ks_ptr, vs_ptr, stride_kn, stride_vn, stride_ksblk, stride_vsblk,
+        kv_scale_block, offs_m, offs_n, offs_d, 0, full_hi, seqlen_k, diag, qk_scale,
+        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
+    )  # fmt: skip
+    acc, l_i, m_i = _fp8_fwd_inner(
+        acc, l_i, m_i, q, k_ptrs, v_ptrs, ks_ptr, vs_ptr, stride_kn, stride_vn, stride_ksblk, stride_vsblk,
+        kv_scale_block, offs_m, offs_n, offs_d, full_hi, hi, seqlen_k, diag, qk_scale,
+        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
+    )  # fmt: skip
+
+    # undo P's scaling (and V's scale when it is one per row of the output) in the one division
+    denom = l_i * 256.0
+    if not V_SCALE_PER_TILE:
+        denom = denom / tl.load(vs_ptr)
+    acc = acc / tl.where(l_i > 0.0, denom, 1.0)[:, None]  # rows that see no key: acc = 0, output 0
+    o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=io_mask)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------------
+
+CONFIG_ENV = "KERNELS_FP8_CONFIG"
+MIN_CAPABILITY = (8, 9)  # Ada and Hopper have FP8 tensor cores; Ampere has none
+
+
+def default_config(head_dim: int) -> FP8Config:
+    """The tiles used when none is pinned (``config=`` or ``KERNELS_FP8_CONFIG``).
+
+    Interpreter: 32×16, short on the CPU while crossing several tiles and scale blocks. GPU: untuned
+    starting points after FlashAttention-3's FP8 tiles (128-row Q tiles over two warpgroups; narrower K/V
+    tiles at head dim 256 to stay within registers); to be replaced by an H200 sweep.
+    """
+    if INTERPRET:
+        return FP8Config(32, 16, 4, 1)
+    if head_dim <= 128:
+        return FP8Config(128, 128, 8, 2)
+    return FP8Config(128, 64, 8, 2)
+
+
+def config_in_effect(head_dim: int, config: FP8Config | None = None) -> FP8Config:
+    """``config`` if given, else ``KERNELS_FP8_CONFIG`` (``FA2Config`` form), else ``default_config``."""
+    if config is not None:
+        return config
+    pinned = os.environ.get(CONFIG_ENV, "").strip()
+    return FP8Config.parse(pinned) if pinned else default_config(head_dim)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------------
+
+
+def _check_scale(name: str, scale, shape, block: int | None) -> None:
+    """One descale tensor against its operand's ``[B, H, N, d]`` shape: float32, finite and positive."""
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{name} must be a float32 torch.Tensor, got {type(scale).__name__}")
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{name} must have dtype torch.float32, got {scale.dtype}")
+    b, h, n, _ = shape
+    if scale.dim() == 3:
+        if block is None or block < 1:
+            raise ValueError(f"{name} is per block: its block size must be a positive int, got {block!r}")
+        expected = (b, h, triton.cdiv(n, block))
+    else:
+        expected = {0: (), 2: (b, h)}.get(scale.dim())
+    if tuple(scale.shape) != expected:
+        raise ValueError(
+            f"{name} has shape {tuple(scale.shape)}; expected () per tensor, {(b, h)} per head or "
+            f"(B, H, ⌈N / block⌉) = {(b, h, '…')} per block, here {expected}"
+        )
+    if scale.numel() and not bool(((scale > 0) & torch.isfinite(scale)).all()):
+        raise ValueError(f"{name} must be positive and finite everywhere")
+
+
+def _scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
+    if scale.dim() == 0:
+        return 0, 0, 0
+    if scale.dim() == 2:
+        return scale.stride(0), scale.stride(1), 0
+    return scale.stride(0), scale.stride(1), scale.stride(2)
+
+
+def _check_fp8_inputs(q8, k8, v8) -> None:
+    for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != FP8:
+            raise TypeError(f"{name} must have dtype torch.float8_e4m3fn, got {t.dtype} (see quantize)")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
+    check_device(q8, k8, v8, names=("q8", "k8", "v8"))
+    if k8.shape != v8.shape:
+        raise ValueError(f"k8 and v8 must have the same shape, got {tuple(k8.shape)} and {tuple(v8.shape)}")
+    if k8.shape[0] != q8.shape[0] or k8.shape[3] != q8.shape[3]:
+        raise ValueError(f"k8/v8 shape {tuple(k8.shape)} does not match q8 {tuple(q8.shape)} in batch or head_dim")
+    h, hk = q8.shape[1], k8.shape[1]
+    if (hk == 0 and h != 0) or (hk and h % hk):
+        raise ValueError(f"k8/v8 have {hk} heads, which must divide q8's {h} (grouped-query attention)")
+    if not 1 <= q8.shape[3] <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {q8.shape[3]} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
+    if q8.device.type == "cuda":
+        require_fp8_tensor_cores(torch.cuda.get_device_capability(q8.device), str(q8.device))
+
+
+def require_fp8_tensor_cores(capability: tuple[int, int], device: str) -> None:
+    """Raise ``TypeError`` unless ``capability`` (major, minor) has FP8 tensor cores (≥ 8.9)."""
+    if tuple(capability) < MIN_CAPABILITY:
+        major, minor = capability
+        raise TypeError(
+            f"FP8 attention needs FP8 tensor cores (compute capability ≥ 8.9: Ada, Hopper or newer); "
+            f"{device} has {major}.{minor}"
+        )
+
+
+def forward_quantized(
+    q8: torch.Tensor,
+    k8: torch.Tensor,
+    v8: torch.Tensor,
+    q_scale: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    q_block: int | None = None,
+    kv_block: int | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    config: FP8Config | None = None,
+) -> torch.Tensor:
+    """Attention of e4m3 inputs: ``softmax((q8·q_scale)(k8·k_scale)ᵀ · sm_scale) (v8·v_scale)``.
+
+    Args:
+        q8: ``[B, H, Nq, d]``; k8, v8: ``[B, H_kv, Nk, d]``, H_kv dividing H; all torch.float8_e4m3fn.
+        q_scale, k_scale, v_scale: float32 descale factors, each of shape () (per tensor), (B, H) or
+            (B, H_kv) (per head), or (B, H, ⌈N / block⌉) (per block of the sequence axis); positive and
+            finite. k_scale and v_scale may differ in granularity.
+        q_block, kv_block: rows per block of a per-block Q / K-V scale; default the kernel's BLOCK_M /
+            BLOCK_N (``quantize`` with those block sizes). Must be multiples of them, so that every tile has
+            one scale per operand.
+        out_dtype: torch.bfloat16 or torch.float16.
+        config: pins the tiles (else ``KERNELS_FP8_CONFIG``, else ``default_config``).
+
+    Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
+    shapes, scales, block sizes or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
+    """
+    _check_fp8_inputs(q8, k8, v8)
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float16, got {out_dtype}")
+    b, h, seqlen_q, d = q8.shape
+    seqlen_k = k8.shape[2]
+    sm_scale = softmax_scale(d, sm_scale)
+    cfg = config_in_effect(d, config)
+    q_block = cfg.block_m if q_block is None else int(q_block)
+    kv_block = cfg.block_n if kv_block is None else int(kv_block)
+    for name, scale, operand, blk in (("q_scale", q_scale, q8, q_block), ("k_scale", k_scale, k8, kv_block),
+                                      ("v_scale", v_scale, v8, kv_block)):  # fmt: skip
+        _check_scale(name, scale, operand.shape, blk)
+        if scale.device != q8.device:
+            raise ValueError(f"{name} is on {scale.device} but q8 is on {q8.device}")
+    if q_scale.dim() == 3 and q_block % cfg.block_m:
+        raise ValueError(f"q_block={q_block} must be a multiple of the kernel's BLOCK_M={cfg.block_m}")
+    if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % cfg.block_n:
+        raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's BLOCK_N={cfg.block_n}")
+    out = torch.empty((b, h, seqlen_q, d), device=q8.device, dtype=out_dtype)
+    if out.numel() == 0 or seqlen_k == 0:  # nothing to compute, or no keys: every row sees nothing
+        return out.zero_()
+    block_d = max(32, triton.next_power_of_2(d))
+    grid = (triton.cdiv(seqlen_q, cfg.block_m), b * h)
+    _fp8_fwd_kernel[grid](
+        q8, k8, v8, out, q_scale, k_scale, v_scale,
+        *q8.stride(), *k8.stride(), *v8.stride(), *out.stride(),
+        *_scale_strides(q_scale), *_scale_strides(k_scale), *_scale_strides(v_scale),
+        q_block, kv_block, h, h // k8.shape[1], seqlen_q, seqlen_k, float(sm_scale),
+        HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), EVEN_N=seqlen_k % cfg.block_n == 0,
+        EVEN_D=d == block_d, V_SCALE_PER_TILE=v_scale.dim() == 3, EMULATE_P_CAST=INTERPRET,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public function
+# ---------------------------------------------------------------------------------------------------
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    granularity: str = "block",
+    rotate: bool = False,
+    *,
+    seed: int = 0,
+    config: FP8Config | None = None,
+) -> torch.Tensor:
+    """FP8 attention of bfloat16/float16 inputs: quantise Q, K, V to e4m3, then ``forward_quantized``.
+
+    Args:
+        q: ``[B, H, Nq, d]``; k, v: ``[B, H_kv, Nk, d]`` with H_kv dividing H; float16 or bfloat16, one dtype.
+        causal: mask keys after the query, aligned to the bottom-right corner when Nq ≠ Nk.
+        sm_scale: score scale, default ``1/sqrt(d)``.
+        granularity: ``"tensor"``, ``"head"`` or ``"block"`` (per kernel tile, FlashAttention-3's choice).
+        rotate: incoherent processing: Q and K multiplied (in fp32) by ``rotation(d, seed)`` before quantising.
+        seed: the rotation's seed; config: pins the tiles, as in ``forward_quantized``.
+
+    Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable.
+    """
+    _check_granularity(granularity)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in OUT_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; FP8 attention takes float16 or bfloat16 inputs")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_device(q, k, v, names=("q", "k", "v"))
+    d = q.shape[3]
+    cfg = config_in_effect(d, config)
+    qf, kf = q.float(), k.float()
+    if rotate and d == k.shape[3]:  # a head-dim mismatch is reported by forward_quantized
+        m = rotation(d, seed, device=q.device)
+        qf, kf = qf @ m, kf @ m
+    q8, qs = quantize(qf, granularity, cfg.block_m)
+    k8, ks = quantize(kf, granularity, cfg.block_n)
+    v8, vs = quantize(v, granularity, cfg.block_n)
+    return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=cfg.block_m, kv_block=cfg.block_n,
+                             out_dtype=q.dtype, config=cfg)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------
+# Emulation (the tests' same-arithmetic reference)
+# ---------------------------------------------------------------------------------------------------
+
+
+def emulate(
+    q8, k8, v8, q_scale, k_scale, v_scale, causal=False, sm_scale=None, *, q_block=None, kv_block=None, block_n=16
+) -> torch.Tensor:
+    """The kernel's arithmetic in float64 torch: dequantised Q, K, V; the online softmax over ``block_n``-key
+    tiles in order, with P · 256 rounded to e4m3 (torch's cast) at each tile's running max; ℓ from the
+    unrounded P. Differs from the kernel by fp32-vs-float64 rounding, which now and then moves an element
+    of P across an e4m3 rounding boundary (a change of one e4m3 step, 2⁻³ relative, in that element).
+    Returns float64 ``[B, H, Nq, d]``."""
+    b, h, nq, d = q8.shape
+    nk = k8.shape[2]
+    sm_scale = softmax_scale(d, sm_scale)
+    qd = dequantize(q8, q_scale, q_block).double()
+    kd = dequantize(k8, k_scale, kv_block).double()
+    vd = dequantize(v8, v_scale, kv_block).double()
+    if k8.shape[1] != h:
+        kd, vd = (t.repeat_interleave(h // k8.shape[1], dim=1) for t in (kd, vd))
+    s = (qd @ kd.transpose(-1, -2)) * (sm_scale * _LOG2E)
+    if causal:
+        rows = torch.arange(nq)[:, None]
+        cols = torch.arange(nk)[None, :]
+        s = s.masked_fill(cols > rows + (nk - nq), float("-inf"))
+    m = torch.full((b, h, nq, 1), float("-inf"), dtype=torch.float64)
+    ell = torch.zeros((b, h, nq, 1), dtype=torch.float64)
+    acc = torch.zeros((b, h, nq, d), dtype=torch.float64)
+    for start in range(0, nk, block_n):
+        st = s[..., start : start + block_n]
+        m_new = torch.maximum(m, st.amax(dim=-1, keepdim=True))
+        m_use = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp2(st - m_use)
+        alpha = torch.exp2(m - m_use)
+        ell = ell * alpha + p.sum(dim=-1, keepdim=True)
+        p8 = (p * P_SCALE).to(FP8).double() / P_SCALE
+        acc = acc * alpha + p8 @ vd[..., start : start + block_n, :]
+        m = m_new
+    return torch.where(ell > 0, acc / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(acc))

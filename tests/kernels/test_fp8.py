@@ -1,0 +1,446 @@
+"""FP8 attention (kernels/attention/fp8.py): quantisation, incoherent processing, the kernel, its errors.
+
+How the kernel is judged. FP8 inputs lose far more than the kernel's own arithmetic does, so the tolerance
+policy's "same-precision PyTorch" is ``fp8.emulate``: the same quantised inputs, dequantised, through the
+kernel's algorithm in float64 torch (online softmax over the same K/V tiles, P · 256 rounded to e4m3 by
+torch's cast). Three checks per case:
+
+1. kernel vs emulation: max-abs ≤ r·max|emulation| plus 2⁻⁶·max|V| for the rare element of P that fp32
+   and float64 round to neighbouring e4m3 values (one e4m3 step is 2⁻³ relative; a step in an element of
+   weight ≤ 1/8 moves the output by ≤ 2⁻⁶·max|V|); and RMS ≤ 2r·RMS(emulation), where flips weigh little
+   and a missing rounding of P or a scale off by 0.4 % does not pass. r is the output's rounding with a
+   margin: 2⁻⁹ for float16 (half an ulp is 2⁻¹¹ relative), 2⁻⁶ for bfloat16 (the interpreter's bfloat16
+   store does not round to nearest: up to 2⁻⁷ relative). Measured in the interpreter: RMS ratio 2·10⁻⁴
+   (float16), 3·10⁻³ (bfloat16);
+2. kernel vs float64 attention of the original inputs: max-abs ≤ 2 × the emulation's + the output dtype's
+   floor (kernels/tolerance.py with the emulation as the same-precision computation);
+3. kernel vs float64 attention of the dequantised inputs (what remains is P's rounding): max-abs ≤
+   2⁻⁴·max|V| + output rounding, the worst case of a relative error ≤ 2⁻⁴ in every weight of a convex
+   combination (ℓ is the sum of the unrounded weights).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from attention_checks import random_tensors
+
+from kernels import tolerance
+from kernels.attention import fp8, reference
+
+F16, BF16 = torch.float16, torch.bfloat16
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Quantisation
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "granularity, expected", [("tensor", ()), ("head", (2, 3)), ("block", (2, 3, 7))], ids=["tensor", "head", "block"]
+)
+def test_quantize_scale_shapes(granularity, expected):
+    (x,) = random_tensors([(2, 3, 97, 40)], torch.float32, "cpu")
+    x8, scale = fp8.quantize(x, granularity, block=16)
+    assert x8.dtype == torch.float8_e4m3fn and x8.shape == x.shape
+    assert scale.dtype == torch.float32 and tuple(scale.shape) == expected
+
+
+@pytest.mark.parametrize("granularity", fp8.GRANULARITIES)
+@pytest.mark.parametrize("dtype", [torch.float32, F16, BF16], ids=["f32", "f16", "bf16"])
+def test_quantize_round_trip_error_bound(granularity, dtype):
+    """|x − deq(x)| ≤ half an e4m3 step: 2⁻⁴|x| in the normal range, 2⁻¹⁰·scale in the subnormal one."""
+    (x,) = random_tensors([(2, 2, 130, 64)], dtype, "cpu", seed=3)
+    x8, scale = fp8.quantize(x, granularity, block=32)
+    deq = fp8.dequantize(x8, scale, block=32)
+    per_row = fp8._expanded_scale(scale, x.shape, 32)
+    bound = (2.0**-4 * x.float().abs() + 2.0**-10 * per_row) * (1 + 1e-5)
+    err = (deq - x.float()).abs()
+    assert bool((err <= bound).all()), f"worst excess {(err - bound).max().item():.3e}"
+    # the group's largest magnitude lands exactly on ±448
+    assert x8.float().abs().max().item() == fp8.E4M3_MAX
+
+
+def test_quantize_zero_blocks_and_zero_tensor():
+    (x,) = random_tensors([(1, 2, 70, 16)], torch.float32, "cpu")
+    x[:, :, 16:32] = 0.0  # one whole block of 16 rows
+    x[:, 1] = 0.0  # one whole head
+    for granularity in fp8.GRANULARITIES:
+        x8, scale = fp8.quantize(x, granularity, block=16)
+        assert bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
+        assert not x8.float().isnan().any()
+        assert bool((fp8.dequantize(x8, scale, 16)[:, :, 16:32] == 0).all())
+    _, scale = fp8.quantize(x, "block", block=16)
+    assert scale[0, 0, 1].item() == 1.0 and bool((scale[0, 1] == 1.0).all())
+    x8, scale = fp8.quantize(torch.zeros(1, 1, 5, 8), "tensor")
+    assert scale.item() == 1.0 and not x8.float().any()
+
+
+def test_quantize_saturates():
+    """No value can land past 448 (torch's cast would give NaN there), whatever the division's rounding."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 4, 64, 64, generator=gen) * torch.logspace(-3, 3, 64)[None, None, :, None]
+    for granularity in fp8.GRANULARITIES:
+        x8, _ = fp8.quantize(x, granularity, block=8)
+        assert bool(torch.isfinite(x8.float()).all()) and x8.float().abs().max().item() <= fp8.E4M3_MAX
+
+
+def test_per_block_beats_per_tensor_on_outliers():
+    """One block of large values: per-tensor scaling pushes every other block toward e4m3's subnormals."""
+    (x,) = random_tensors([(1, 2, 128, 64)], torch.float32, "cpu", seed=7)
+    x[:, :, 32:48] *= 1e5
+    errs = {}
+    for granularity in ("tensor", "block"):
+        x8, scale = fp8.quantize(x, granularity, block=16)
+        diff = fp8.dequantize(x8, scale, 16) - x
+        errs[granularity] = diff[:, :, :32].pow(2).mean().sqrt().item()  # the ordinary rows
+    assert errs["block"] * 4 < errs["tensor"], errs
+
+
+def test_quantize_rejects_bad_input():
+    x = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        fp8.quantize(x, "row")
+    with pytest.raises(ValueError, match="positive block size"):
+        fp8.quantize(x, "block")
+    with pytest.raises(ValueError, match="batch, heads, seq, head_dim"):
+        fp8.quantize(x[0], "tensor")
+    with pytest.raises(TypeError, match="to quantise"):
+        fp8.quantize(x.to(torch.float8_e4m3fn), "tensor")
+    bad = x.clone()
+    bad[0, 0, 1, 2] = float("inf")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        fp8.quantize(bad, "head")
+    with pytest.raises(ValueError, match="block size"):
+        fp8.dequantize(x.to(torch.float8_e4m3fn), torch.ones(1, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Incoherent processing
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_hadamard():
+    h = fp8.hadamard(16)
+    assert bool((h.abs() == 1).all())
+    assert torch.equal(h @ h.T, 16 * torch.eye(16))
+    with pytest.raises(ValueError, match="powers of two"):
+        fp8.hadamard(12)
+
+
+@pytest.mark.parametrize("d", [64, 128, 40], ids=["d64-hadamard", "d128-hadamard", "d40-qr"])
+def test_rotation_is_orthogonal_and_keeps_scores(d):
+    m = fp8.rotation(d, seed=1, dtype=torch.float64)
+    assert torch.allclose(m @ m.T, torch.eye(d, dtype=torch.float64), atol=1e-12)
+    assert torch.equal(m, fp8.rotation(d, seed=1, dtype=torch.float64))  # reproducible
+    assert not torch.equal(m, fp8.rotation(d, seed=2, dtype=torch.float64))
+    q, k = random_tensors([(2, 3, 33, d), (2, 3, 47, d)], torch.float64, "cpu")
+    scores = q @ k.transpose(-1, -2)
+    assert torch.allclose((q @ m) @ (k @ m).transpose(-1, -2), scores, atol=1e-11)
+    m32 = fp8.rotation(d, seed=1)  # float32 rounding only: relative to the scores' size
+    rotated = (q.float() @ m32) @ (k.float() @ m32).transpose(-1, -2)
+    assert (rotated.double() - scores).abs().max().item() < 1e-5 * scores.abs().max().item() * d**0.5
+
+
+def test_rotation_spreads_outliers():
+    q, k = random_tensors([(1, 2, 97, 64), (1, 2, 97, 64)], torch.float32, "cpu")
+    q[..., 5] *= 50.0  # an outlier channel
+    k[:, :, 10, 3] = 500.0  # an outlier entry
+    m = fp8.rotation(64)
+    for x in (q, k):
+        before = (x.abs().max() / x.pow(2).mean().sqrt()).item()
+        after = ((x @ m).abs().max() / (x @ m).pow(2).mean().sqrt()).item()
+        assert after < before / 3, (before, after)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The kernel
+# ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _round_kernel(X, Y, N: tl.constexpr, EMULATE: tl.constexpr):
+    x = tl.load(X + tl.arange(0, N))
+    if EMULATE:
+        y = fp8._round_to_e4m3(x)
+    else:
+        y = x.to(tl.float8e4nv).to(tl.float32)
+    tl.store(Y + tl.arange(0, N), y)
+
+
+def _rounding_inputs() -> torch.Tensor:
+    """Every non-negative finite e4m3 value, every midpoint between neighbours, and random values."""
+    values = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 0 … 448
+    mids = (values[1:] + values[:-1]) / 2
+    rand = torch.rand(1024, generator=torch.Generator().manual_seed(0)) * 256
+    small = torch.rand(256, generator=torch.Generator().manual_seed(1)) * 2**-5
+    x = torch.cat([values, mids, rand, small])
+    return torch.nn.functional.pad(x, (0, 2048 - x.numel()))
+
+
+def test_emulated_p_cast_matches_torch(device):
+    """The interpreter path's rounding of P·256 to e4m3 (ties to even) equals torch's cast everywhere."""
+    x = _rounding_inputs()
+    y = torch.empty_like(x)
+    xd, yd = x.to(device), y.to(device)
+    _round_kernel[(1,)](xd, yd, x.numel(), True)
+    assert torch.equal(yd.cpu(), x.to(torch.float8_e4m3fn).float())
+
+
+@pytest.mark.gpu
+def test_hardware_p_cast_matches_torch():
+    if torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("no FP8 conversion instructions below compute capability 8.9")
+    x = _rounding_inputs().cuda()
+    y = torch.empty_like(x)
+    _round_kernel[(1,)](x, y, x.numel(), False)
+    assert torch.equal(y.cpu(), x.cpu().to(torch.float8_e4m3fn).float())
+
+
+def _quantised(q, k, v, granularity, cfg, rotate=False):
+    qf, kf = q.float(), k.float()
+    if rotate:
+        m = fp8.rotation(q.shape[-1], device=q.device)
+        qf, kf = qf @ m, kf @ m
+    q8, qs = fp8.quantize(qf, granularity, cfg.block_m)
+    k8, ks = fp8.quantize(kf, granularity, cfg.block_n)
+    v8, vs = fp8.quantize(v, granularity, cfg.block_n)
+    return q8, k8, v8, qs, ks, vs
+
+
+def _check_against_emulation(name, out, quantised, cfg, causal, blocks=None):
+    """Checks 1 and 3 of the module docstring; returns the emulation (float64, on the CPU)."""
+    q8, k8, v8, qs, ks, vs = (t.cpu() for t in quantised)
+    q_block, kv_block = blocks or (cfg.block_m, cfg.block_n)
+    emu = fp8.emulate(q8, k8, v8, qs, ks, vs, causal, q_block=q_block, kv_block=kv_block, block_n=cfg.block_n)
+    out_rel = 2.0**-9 if out.dtype == F16 else 2.0**-6
+    out = out.cpu().double()
+    v_max = fp8.dequantize(v8, vs, kv_block).abs().max().item()
+    err, rms = tolerance.error_stats(out, emu)
+    bound = out_rel * emu.abs().max().item() + 2.0**-6 * v_max
+    assert err <= bound, f"{name}: kernel vs emulation max-abs {err:.3e} > {bound:.3e}"
+    rms_bound = 2 * out_rel * emu.pow(2).mean().sqrt().item()
+    assert rms <= rms_bound, f"{name}: kernel vs emulation RMS {rms:.3e} > {rms_bound:.3e}"
+    deq = [fp8.dequantize(t, s, b).double() for t, s, b in ((q8, qs, q_block), (k8, ks, kv_block), (v8, vs, kv_block))]
+    exact = reference.reference_attention(*deq, causal)
+    err, _ = tolerance.error_stats(out, exact)
+    bound = 2.0**-4 * v_max + out_rel * exact.abs().max().item()
+    assert err <= bound, f"{name}: kernel vs float64 on dequantised inputs max-abs {err:.3e} > {bound:.3e}"
+    return emu
+
+
+# (batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, causal, granularity, dtype)
+CASES = [
+    pytest.param((1, 2, 2, 1, 1, 64, False, "block", F16), id="n1-d64-block-f16"),
+    pytest.param((1, 2, 1, 97, 97, 64, True, "block", F16), id="gqa-n97-d64-causal-block-f16"),
+    pytest.param((2, 2, 2, 130, 130, 128, False, "tensor", F16), id="n130-d128-tensor-f16"),
+    pytest.param((1, 4, 2, 97, 130, 128, True, "head", BF16), id="gqa-nq97-nk130-d128-causal-head-bf16"),
+    pytest.param((1, 2, 2, 130, 97, 64, True, "block", F16), id="nq130-nk97-d64-causal-block-f16"),
+    pytest.param((1, 3, 1, 33, 70, 40, False, "block", F16), id="mqa-n33-70-d40-block-f16"),
+    pytest.param(
+        (2, 8, 2, 1024, 1024, 128, True, "block", BF16), id="gqa-n1024-d128-causal-block-bf16", marks=pytest.mark.gpu
+    ),
+    pytest.param((1, 8, 8, 2048, 2048, 64, False, "tensor", F16), id="n2048-d64-tensor-f16", marks=pytest.mark.gpu),
+    pytest.param(
+        (1, 4, 4, 1000, 1537, 256, True, "head", BF16), id="n1000-1537-d256-causal-head-bf16", marks=pytest.mark.gpu
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_attention_matches_emulation_and_float64(case, device):
+    b, h, hk, nq, nk, d, causal, granularity, dtype = case
+    if device == "cuda" and torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores (compute capability ≥ 8.9)")
+    q, k, v = random_tensors([(b, h, nq, d), (b, hk, nk, d), (b, hk, nk, d)], dtype, device, seed=nq + d)
+    name = f"{case[:8]} {'f16' if dtype == F16 else 'bf16'}"
+    out = fp8.attention(q, k, v, causal=causal, granularity=granularity)
+    assert out.shape == q.shape and out.dtype == dtype
+    cfg = fp8.config_in_effect(d)
+    emu = _check_against_emulation(name, out, _quantised(q, k, v, granularity, cfg), cfg, causal)
+    # check 2: the tolerance policy, with the emulation as the same-precision computation
+    ref = reference.reference_attention(q.cpu(), k.cpu(), v.cpu(), causal)
+    tolerance.assert_close(f"out {name}", out.cpu(), ref, emu, dtype)
+    if causal and nq > nk:  # the first nq − nk rows see no key
+        assert not out[:, :, : nq - nk].any()
+
+
+def test_rotated_attention(device):
+    """rotate=True: the kernel on rotated, quantised Q and K, judged like any case; close to unrotated."""
+    if device == "cuda" and torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores (compute capability ≥ 8.9)")
+    q, k, v = random_tensors([(1, 2, 97, 64), (1, 2, 97, 64), (1, 2, 97, 64)], F16, device, seed=11)
+    q[..., 3] *= 20.0
+    out = fp8.attention(q, k, v, causal=True, granularity="tensor", rotate=True)
+    cfg = fp8.config_in_effect(64)
+    emu = _check_against_emulation("rotated f16", out, _quantised(q, k, v, "tensor", cfg, rotate=True), cfg, True)
+    ref = reference.reference_attention(q.cpu(), k.cpu(), v.cpu(), True)
+    tolerance.assert_close("out rotated f16", out.cpu(), ref, emu, F16)
+
+
+def test_mixed_granularities_and_coarser_blocks(device):
+    """forward_quantized directly: Q per block of 2·BLOCK_M rows, K per head, V per block of 2·BLOCK_N."""
+    if device == "cuda" and torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores (compute capability ≥ 8.9)")
+    cfg = fp8.config_in_effect(64)
+    qb, kvb = 2 * cfg.block_m, 2 * cfg.block_n
+    q, k, v = random_tensors([(2, 4, 97, 64), (2, 2, 130, 64), (2, 2, 130, 64)], torch.float32, device, seed=2)
+    v[:, :, 40:50] *= 30.0  # V blocks of very different sizes: the per-tile V scale matters
+    (q8, qs), (k8, ks), (v8, vs) = fp8.quantize(q, "block", qb), fp8.quantize(k, "head"), fp8.quantize(v, "block", kvb)
+    out = fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, q_block=qb, kv_block=kvb, out_dtype=F16)
+    quantised = (q8, k8, v8, qs, ks, vs)
+    _check_against_emulation("mixed f16", out, quantised, cfg, True, blocks=(qb, kvb))
+    # and per-tensor K scales given as a 0-d tensor, V per head
+    (k8, ks), (v8, vs) = fp8.quantize(k, "tensor"), fp8.quantize(v, "head")
+    out = fp8.forward_quantized(q8, k8, v8, qs, ks, vs, q_block=qb, out_dtype=F16)
+    _check_against_emulation("mixed2 f16", out, (q8, k8, v8, qs, ks, vs), cfg, False, blocks=(qb, kvb))
+
+
+def test_empty_and_keyless(device):
+    q8 = torch.zeros(1, 2, 5, 64, device=device).to(torch.float8_e4m3fn)
+    k8 = torch.zeros(1, 2, 0, 64, device=device).to(torch.float8_e4m3fn)
+    one = torch.ones((), device=device)
+    out = fp8.forward_quantized(q8, k8, k8, one, one, one)
+    assert out.shape == (1, 2, 5, 64) and not out.any()
+    out = fp8.forward_quantized(q8[:, :, :0], q8, q8, one, one, one)
+    assert out.shape == (1, 2, 0, 64)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------------
+
+
+def _fp8_inputs(device, n=17, d=32):
+    x8 = torch.randn(1, 2, n, d, device=device).to(torch.float8_e4m3fn)
+    return x8, x8.clone(), x8.clone()
+
+
+def test_forward_quantized_rejects_wrong_dtypes(device):
+    q8, k8, v8 = _fp8_inputs(device)
+    one = torch.ones((), device=device)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        fp8.forward_quantized(q8.half(), k8, v8, one, one, one)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        fp8.forward_quantized(q8, k8.view(torch.float8_e5m2), v8, one, one, one)
+    with pytest.raises(TypeError, match="q_scale must have dtype torch.float32"):
+        fp8.forward_quantized(q8, k8, v8, one.double(), one, one)
+    with pytest.raises(TypeError, match="k_scale must be a float32"):
+        fp8.forward_quantized(q8, k8, v8, one, 1.0, one)
+    with pytest.raises(TypeError, match="out_dtype"):
+        fp8.forward_quantized(q8, k8, v8, one, one, one, out_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")], ids=["zero", "negative", "nan", "inf"])
+def test_forward_quantized_rejects_bad_scale_values(value, device):
+    q8, k8, v8 = _fp8_inputs(device)
+    one = torch.ones((), device=device)
+    bad = torch.ones(1, 2, device=device)
+    bad[0, 1] = value
+    with pytest.raises(ValueError, match="v_scale must be positive and finite"):
+        fp8.forward_quantized(q8, k8, v8, one, one, bad)
+
+
+def test_forward_quantized_rejects_bad_scale_shapes_and_blocks(device):
+    q8, k8, v8 = _fp8_inputs(device, n=97)
+    one = torch.ones((), device=device)
+    bm, bn = fp8.config_in_effect(32).block_m, fp8.config_in_effect(32).block_n
+    with pytest.raises(ValueError, match="q_scale has shape"):
+        fp8.forward_quantized(q8, k8, v8, torch.ones(2, device=device), one, one)
+    with pytest.raises(ValueError, match="k_scale has shape"):
+        fp8.forward_quantized(q8, k8, v8, one, torch.ones(1, 2, 3, device=device), one)  # 97 rows need 7 blocks
+    with pytest.raises(ValueError, match="multiple of the kernel's BLOCK_M"):
+        fp8.forward_quantized(q8, k8, v8, torch.ones(1, 2, triton.cdiv(97, bm + 1), device=device), one, one,
+                              q_block=bm + 1)  # fmt: skip
+    with pytest.raises(ValueError, match="multiple of the kernel's BLOCK_N"):
+        fp8.forward_quantized(q8, k8, v8, one, one, torch.ones(1, 2, triton.cdiv(97, bn // 2), device=device),
+                              kv_block=bn // 2)  # fmt: skip
+    with pytest.raises(ValueError, match="must divide q8's 2"):
+        k3 = torch.zeros(1, 3, 97, 32, device=device).to(torch.float8_e4m3fn)
+        fp8.forward_quantized(q8, k3, k3, one, one, one)
+    with pytest.raises(ValueError, match="head_dim 300"):
+        x = torch.zeros(1, 1, 4, 300, device=device).to(torch.float8_e4m3fn)
+        fp8.forward_quantized(x, x, x, one, one, one)
+
+
+def test_attention_rejects_bad_inputs(device):
+    q = torch.randn(1, 2, 17, 32, device=device)
+    with pytest.raises(TypeError, match="float16 or bfloat16 inputs"):
+        fp8.attention(q, q, q)
+    with pytest.raises(TypeError, match="share a dtype"):
+        fp8.attention(q.half(), q.half(), q.bfloat16())
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        fp8.attention(q.half(), q.half(), q.half(), granularity="channel")
+
+
+def test_capability_check():
+    for ok in ((8, 9), (9, 0), (10, 0), (12, 0)):
+        fp8.require_fp8_tensor_cores(ok, "cuda:0")
+    for old in ((8, 0), (8, 6), (7, 5)):
+        with pytest.raises(TypeError, match="compute capability ≥ 8.9"):
+            fp8.require_fp8_tensor_cores(old, "cuda:0")
+
+
+@pytest.mark.gpu
+def test_refuses_gpus_without_fp8():
+    if torch.cuda.get_device_capability() >= fp8.MIN_CAPABILITY:
+        pytest.skip("this GPU has FP8 tensor cores")
+    q = torch.randn(1, 1, 16, 64, device="cuda", dtype=F16)
+    with pytest.raises(TypeError, match="compute capability"):
+        fp8.attention(q, q, q)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The GPU path, compiled without a GPU
+# ---------------------------------------------------------------------------------------------------
+
+_COMPILE_SCRIPT = textwrap.dedent(
+    """
+    import re, sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from kernels.attention import fp8
+
+    fn = fp8._fp8_fwd_kernel
+    consts = dict(HEAD_DIM=128, BLOCK_D=128, IS_CAUSAL=True, EVEN_N=False, EVEN_D=True, V_SCALE_PER_TILE=True,
+                  EMULATE_P_CAST=False, BLOCK_M=128, BLOCK_N=128)
+    sig, cons = {}, {}
+    for i, n in enumerate(fn.arg_names):
+        if n in consts:
+            sig[n], cons[(i,)] = "constexpr", consts[n]
+        else:
+            sig[n] = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "V": "*fp8e4nv", "Out": "*bf16", "QS": "*fp32",
+                      "KS": "*fp32", "VS": "*fp32", "sm_scale": "fp32"}.get(n, "i32")
+    kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cons),
+                            target=GPUTarget("cuda", int(sys.argv[1]), 32), options={"num_warps": 8, "num_stages": 2})
+    ptx = kernel.asm["ptx"]
+    print(sorted(set(re.findall(r"(?:wgmma\\.mma_async\\.sync|mma\\.sync)\\.aligned\\.[\\w.]+", ptx))))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "capability, mma",
+    [(90, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"), (89, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3")],
+    ids=["sm90", "sm89"],
+)
+def test_gpu_path_compiles_to_fp8_mma(capability, mma):
+    """The GPU path (EMULATE_P_CAST off) builds, and both products are FP8 MMAs: no e4m3 → f16 widening."""
+    if "nvidia" not in triton.backends.backends:
+        pytest.skip("this Triton has no NVIDIA backend to compile with")
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(capability)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = eval(run.stdout.strip().splitlines()[-1])
+    assert found and all(".e4m3.e4m3" in m for m in found), found
+    assert any(m.startswith(mma) for m in found), found
