@@ -35,8 +35,12 @@ FP8 ``tl.dot`` accumulates with the tensor core's own (reduced-precision) fp32 a
 reduction unless ``max_num_imprecise_acc`` is set; that default is kept here.
 
 Tested: in Triton's interpreter on CPU (tests/kernels/test_fp8.py: odd lengths, d = 64 and 128, causal and
-not, GQA, all granularities, rotation); the GPU path compiled for sm_90 (wgmma on e4m3 operands), never
-run on a GPU yet. Tiles are untuned guesses (``default_config``).
+not, GQA, all granularities, rotation); the GPU path compiled (not run) with Triton 3.6: for sm_90 both
+products are ``wgmma.mma_async ... f32.e4m3.e4m3`` (V transposed in shared memory, as FP8 wgmma needs its
+B operand K-major) and P is converted by ``cvt.rn.satfinite.e4m3x2.f32``; for sm_89 ``mma.sync ... e4m3``.
+With 16-divisible strides the default tiles compile without register spills and with the K/V loads
+pipelined; per-block V scales at head dim 256 spill (about 50 loads and stores per loop). Tiles are
+untuned guesses (``default_config``); never run on a GPU yet.
 
 Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
 configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch

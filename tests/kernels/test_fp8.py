@@ -417,10 +417,15 @@ _COMPILE_SCRIPT = textwrap.dedent(
     for i, n in enumerate(fn.arg_names):
         if n in consts:
             sig[n], cons[(i,)] = "constexpr", consts[n]
+        elif n in ("stride_qd", "stride_kd", "stride_vd", "stride_od"):  # contiguous rows: the runtime pins 1
+            sig[n], cons[(i,)] = "constexpr", 1
         else:
             sig[n] = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "V": "*fp8e4nv", "Out": "*bf16", "QS": "*fp32",
                       "KS": "*fp32", "VS": "*fp32", "sm_scale": "fp32"}.get(n, "i32")
-    kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cons),
+    # what the runtime infers for 16-byte-aligned pointers and strides that are multiples of 16
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n].startswith("*") or (n.startswith("stride_") and sig[n] == "i32" and "s" not in n[7:-1])}
+    kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cons, attrs=attrs),
                             target=GPUTarget("cuda", int(sys.argv[1]), 32), options={"num_warps": 8, "num_stages": 2})
     ptx = kernel.asm["ptx"]
     print(sorted(set(re.findall(r"(?:wgmma\\.mma_async\\.sync|mma\\.sync)\\.aligned\\.[\\w.]+", ptx))))
