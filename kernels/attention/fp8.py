@@ -406,8 +406,9 @@ def config_in_effect(head_dim: int, config: FP8Config | None = None) -> FP8Confi
 # ---------------------------------------------------------------------------------------------------
 
 
-def _check_scale(name: str, scale, shape, block: int | None) -> None:
-    """One descale tensor against its operand's ``[B, H, N, d]`` shape: float32, finite and positive."""
+def _check_scale(name: str, scale, shape, block: int | None, values: bool = True) -> None:
+    """One descale tensor against its operand's ``[B, H, N, d]`` shape: float32, and (``values``) finite
+    and positive, which reads the scales back (a host synchronisation on a GPU)."""
     if not isinstance(scale, torch.Tensor):
         raise TypeError(f"{name} must be a float32 torch.Tensor, got {type(scale).__name__}")
     if scale.dtype != torch.float32:
@@ -424,7 +425,7 @@ def _check_scale(name: str, scale, shape, block: int | None) -> None:
             f"{name} has shape {tuple(scale.shape)}; expected () per tensor, {(b, h)} per head or "
             f"(B, H, ⌈N / block⌉) = {(b, h, '…')} per block, here {expected}"
         )
-    if scale.numel() and not bool(((scale > 0) & torch.isfinite(scale)).all()):
+    if values and scale.numel() and not bool(((scale > 0) & torch.isfinite(scale)).all()):
         raise ValueError(f"{name} must be positive and finite everywhere")
 
 
@@ -482,6 +483,7 @@ def forward_quantized(
     kv_block: int | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
     config: FP8Config | None = None,
+    check_scale_values: bool = True,
 ) -> torch.Tensor:
     """Attention of e4m3 inputs: ``softmax((q8·q_scale)(k8·k_scale)ᵀ · sm_scale) (v8·v_scale)``.
 
@@ -495,6 +497,8 @@ def forward_quantized(
             one scale per operand.
         out_dtype: torch.bfloat16 or torch.float16.
         config: pins the tiles (else ``KERNELS_FP8_CONFIG``, else ``default_config``).
+        check_scale_values: refuse scales that are not positive and finite (reads them back: one host
+            synchronisation per scale on a GPU); False skips that, e.g. inside a timed loop.
 
     Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
     shapes, scales, block sizes or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
@@ -510,7 +514,7 @@ def forward_quantized(
     kv_block = cfg.block_n if kv_block is None else int(kv_block)
     for name, scale, operand, blk in (("q_scale", q_scale, q8, q_block), ("k_scale", k_scale, k8, kv_block),
                                       ("v_scale", v_scale, v8, kv_block)):  # fmt: skip
-        _check_scale(name, scale, operand.shape, blk)
+        _check_scale(name, scale, operand.shape, blk, check_scale_values)
         if scale.device != q8.device:
             raise ValueError(f"{name} is on {scale.device} but q8 is on {q8.device}")
     if q_scale.dim() == 3 and q_block % cfg.block_m:
