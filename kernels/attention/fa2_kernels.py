@@ -19,6 +19,31 @@ import triton.language as tl
 
 
 @triton.jit
+def _load_kv_tile(ptrs, cols, offs_d, seqlen_k, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr):
+    """One (BLOCK_N, BLOCK_D) tile of K or V: rows past ``seqlen_k`` (masked tiles only) and head-dim
+    padding columns read as 0."""
+    if MASKED:
+        mask = cols[:, None] < seqlen_k
+        if not EVEN_D:
+            mask = mask & (offs_d[None, :] < HEAD_DIM)
+        tile = tl.load(ptrs, mask=mask, other=0.0)
+    elif EVEN_D:
+        tile = tl.load(ptrs)
+    else:
+        tile = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    return tile
+
+
+@triton.jit
+def _mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL: tl.constexpr):
+    """Scores of keys past ``seqlen_k`` and, if causal, right of the bottom-right-aligned diagonal → -inf."""
+    keep = cols[None, :] < seqlen_k
+    if IS_CAUSAL:
+        keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+    return tl.where(keep, qk, float("-inf"))
+
+
+@triton.jit
 def _attn_fwd_inner(
     acc,  # (BLOCK_M, BLOCK_D) fp32 output so far: unnormalised (lazy), or divided by l_i (eager)
     l_i,  # (BLOCK_M,) fp32, running row sum of exp2
@@ -56,25 +81,14 @@ def _attn_fwd_inner(
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        if MASKED:
-            kv_mask = cols[:, None] < seqlen_k
-            if not EVEN_D:
-                kv_mask = kv_mask & (offs_d[None, :] < HEAD_DIM)
-            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        elif EVEN_D:
-            k = tl.load(k_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        k = _load_kv_tile(k_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
         if IS_FP32:
             # the fp32 mode exists to be exact; Triton's default for an fp32 dot is TF32
             qk = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             qk = tl.dot(q, tl.trans(k))
         if MASKED:
-            keep = cols[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
-            qk = tl.where(keep, qk, float("-inf"))
+            qk = _mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL)
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         if MASKED:
             # a row that has seen no visible key still has m = -inf; exp2(-inf - -inf) would be NaN
@@ -88,12 +102,7 @@ def _attn_fwd_inner(
             acc = acc * (l_i * alpha)[:, None]  # un-normalise with the old ℓ (and the new max)
         else:
             acc = acc * alpha[:, None]
-        if MASKED:
-            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-        elif EVEN_D:
-            v = tl.load(v_ptrs)
-        else:
-            v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        v = _load_kv_tile(v_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
         if IS_FP32:
             acc = tl.dot(p, v, acc, input_precision="ieee")
         else:

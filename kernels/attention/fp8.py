@@ -58,7 +58,7 @@ import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device, softmax_scale
 from kernels.attention.fa2 import FA2Config
-from kernels.attention.fa2_kernels import _key_tile_bounds
+from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
 
 __all__ = [
     "E4M3_MAX",
@@ -242,23 +242,12 @@ def _fp8_fwd_inner(
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        if MASKED:
-            kv_mask = cols[:, None] < seqlen_k
-            if not EVEN_D:
-                kv_mask = kv_mask & (offs_d[None, :] < HEAD_DIM)
-            k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        elif EVEN_D:
-            k = tl.load(k_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        k = _load_kv_tile(k_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
         blk = start_n // kv_scale_block
         k_scale = tl.load(ks_ptr + blk * stride_ksblk)
         qk = tl.dot(q, tl.trans(k))  # FP8 × FP8 → fp32
         if MASKED:
-            keep = cols[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
-            qk = tl.where(keep, qk, float("-inf"))
+            qk = _mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL)
         s = qk * (qk_scale * k_scale)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         if MASKED:
@@ -270,12 +259,7 @@ def _fp8_fwd_inner(
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if MASKED:
-            v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-        elif EVEN_D:
-            v = tl.load(v_ptrs)
-        else:
-            v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        v = _load_kv_tile(v_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
         if EMULATE_P_CAST:
             # the interpreter's fp32 → e4m3 cast is wrong; an e4m3-rounded P in float16 (exact) times V
             # widened to float16 (exact) with fp32 accumulation is what the FP8 MMA computes
