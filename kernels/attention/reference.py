@@ -7,6 +7,9 @@
   long-sequence benchmark point can still be checked exactly at O(rows·N·d) cost).
 - ``attention_grads``: output and gradients (dq, dk, dv) of the three-step attention by autograd, in
   float64 (the ground truth for a backward pass) or in the input dtype (plain PyTorch's own error).
+- ``online_softmax_attention``: the tiled online-softmax algorithm itself in float64 (running max and sum,
+  one key block at a time), with the rescaling of the running sum and output switchable off: the
+  textbook mistake whose effect the claims audit measures.
 - ``sdpa_attention``: ``torch.nn.functional.scaled_dot_product_attention`` pinned to one backend
   (``math``, ``efficient``, ``flash``, ``cudnn``), so a benchmark row names exactly what ran.
 
@@ -94,6 +97,34 @@ def attention_grads(q, k, v, do, causal: bool = False, sm_scale: float | None = 
         out = _materialise(*leaves, causal, sm_scale, None, dtype)
         grads = torch.autograd.grad(out, leaves, do.to(dtype))
     return (out.detach(), *grads)
+
+
+def online_softmax_attention(q, k, v, block: int, rescale: bool = True, sm_scale: float | None = None):
+    """Non-causal attention of ``q [M, d]`` against ``k, v [N, d]`` by the online softmax, ``block`` keys
+    at a time, in float64.
+
+    With ``rescale`` (the algorithm), when a block raises a row's running max m, the running sum ℓ and
+    output O are multiplied by exp(m_old − m_new) before the block's terms are added: the result equals
+    softmax(q kᵀ) v up to rounding. Without it, earlier blocks keep the weights of their own, smaller
+    max, so they are over-weighted by exp(m_new − m_old) against later ones; with a single block the two
+    are identical.
+    """
+    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    scale = _scale(q.shape[-1], sm_scale)
+    m = torch.full((q.shape[0],), -math.inf, dtype=torch.float64, device=q.device)
+    ell = torch.zeros_like(m)
+    acc = torch.zeros((q.shape[0], v.shape[-1]), dtype=torch.float64, device=q.device)
+    for start in range(0, k.shape[0], block):
+        s = (q @ k[start : start + block].T) * scale
+        m_new = torch.maximum(m, s.amax(dim=1))
+        p = torch.exp(s - m_new[:, None])
+        if rescale:
+            alpha = torch.exp(m - m_new)
+            ell, acc = ell * alpha, acc * alpha[:, None]
+        ell = ell + p.sum(dim=1)
+        acc = acc + p @ v[start : start + block]
+        m = m_new
+    return acc / ell[:, None]
 
 
 def sdpa_attention(q, k, v, causal: bool = False, sm_scale: float | None = None, backend: str = "flash"):

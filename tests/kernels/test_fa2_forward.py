@@ -642,3 +642,21 @@ def test_autotuned_path_on_gpu(causal, monkeypatch):
     assert fa2.last_config() == chosen
     assert torch.equal(first, second)
     assert_matches_reference("fa2 out (autotuned)", second, q, k, v, causal)
+
+
+@pytest.mark.parametrize("n", [1, 64, 65, 300])
+def test_online_softmax_reference_is_exact_with_rescaling(n):
+    gen = torch.Generator().manual_seed(n)
+    q, k, v = (torch.randn(s, 32, generator=gen, dtype=torch.float64) for s in (7, n, n))
+    exact = torch.softmax(q @ k.T / 32**0.5, dim=-1) @ v
+    torch.testing.assert_close(reference.online_softmax_attention(q, k, v, block=64), exact, rtol=1e-12, atol=1e-12)
+
+
+def test_online_softmax_reference_without_rescaling_is_wrong_from_the_second_block():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(s, 32, generator=gen, dtype=torch.float64) for s in (16, 128, 128))
+    exact = torch.softmax(q @ k.T / 32**0.5, dim=-1) @ v
+    one_block = reference.online_softmax_attention(q, k[:64], v[:64], block=64, rescale=False)
+    torch.testing.assert_close(one_block, torch.softmax(q @ k[:64].T / 32**0.5, dim=-1) @ v[:64])
+    two_blocks = reference.online_softmax_attention(q, k, v, block=64, rescale=False)
+    assert (two_blocks - exact).abs().max() > 1e-2
