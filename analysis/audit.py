@@ -695,8 +695,42 @@ def recompute_flops_a(claim, ctx):
         f"one extra N×N×d product (2N²d) over forward (4N²d) + backward without recomputation (8N²d) = "
         f"{pct:.1f}%; as a share of the recomputing training step {100 * r['share_of_training_step']:.1f}%"
     )
-    return [Verdict(judge_range([pct], lo, hi), f"{pct:.1f}%", note, "analysis/models.py: recompute_extra_flops",
-                    unit="%")]  # fmt: skip
+    analytic = Verdict(judge_range([pct], lo, hi), f"{pct:.1f}%", note, "analysis/models.py: recompute_extra_flops",
+                       unit="%")  # fmt: skip
+    return [analytic, *_measured(ctx, lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "increase"),
+                                 "our kernel's forward and backward rows", optional=True)]  # fmt: skip
+
+
+def _recompute_time_verdict(ctx: Context, gpu: str, claim: Claim, measure: str) -> Verdict:
+    """The measured analogue of the recomputation share: our forward and backward times at the same shapes,
+    with the recomputation of P taken as 1 of the backward's 5 matrix products (2 of its 10·N²d FLOPs)."""
+    rows = ctx.ok(gpu, experiment="fa2-setting", impl="ours-fa2")
+    times = rows.pivot_table(index=["dtype", "head_dim", "causal", "seqlen_q"], columns="mode", values="ms_median")
+    if not {"fwd", "bwd"} <= set(times.columns):
+        raise Untestable("no shape with both forward and backward rows of our kernel")
+    times = times.dropna(subset=["fwd", "bwd"])
+    if times.empty:
+        raise Untestable("no shape with both forward and backward rows of our kernel")
+    recompute = times["bwd"] / 5
+    values = 100 * (
+        recompute / (times["fwd"] + times["bwd"] - recompute)
+        if measure == "increase"
+        else recompute / (times["fwd"] + times["bwd"])
+    )
+    ratio = times["bwd"] / times["fwd"]
+    lo, hi = claim.asserted["range"]
+    what = "more time than a training step without it" if measure == "increase" else "of the training step's time"
+    return Verdict(
+        judge_range(values, lo, hi),
+        f"{values.min():.1f}–{values.max():.1f}% {what}",
+        f"our backward takes {ratio.min():.2f}–{ratio.max():.2f}× our forward's time at {len(times)} shapes of the "
+        "FA-2 setting (FLOP model: 2.5×); taking the recomputation of P as a fifth of the backward (one of its five "
+        "matrix products, at the backward's own rate) gives this share — an estimate, the kernel does not time "
+        "the recomputation separately",
+        f"{ctx.paths[gpu]}: experiment=fa2-setting, impl=ours-fa2, mode=fwd,bwd",
+        gpu=gpu,
+        unit="%",
+    )
 
 
 @evaluator("recompute_flops_b")
@@ -717,8 +751,10 @@ def recompute_flops_b(claim, ctx):
         "more than without recomputation), not 25–30%; contradicts recompute-flops-a (S1 §3.3: 15–20%), which "
         "matches the model; 25% is its share of a backward pass without recomputation only"
     )
-    return [Verdict(verdict, f"{whole:.1f}% of the whole", note, "analysis/models.py: recompute_extra_flops",
-                    unit="%")]  # fmt: skip
+    analytic = Verdict(verdict, f"{whole:.1f}% of the whole", note, "analysis/models.py: recompute_extra_flops",
+                       unit="%")  # fmt: skip
+    return [analytic, *_measured(ctx, lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "share"),
+                                 "our kernel's forward and backward rows", optional=True)]  # fmt: skip
 
 
 @evaluator("mem_64k")

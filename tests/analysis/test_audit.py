@@ -877,3 +877,25 @@ def test_online_softmax_measured_half_reads_our_rows(registry, status, expected)
         _audit_one(registry, "online-softmax", _ctx([_row("ours-fa2"), _row("ours-fa2", status=status)]))
     )
     assert row["verdict"] == expected
+
+
+@pytest.mark.parametrize(
+    "bwd_ms, a_verdict, b_verdict",
+    [
+        # recompute = bwd/5 = 0.6 ms: +0.6/3.4 = 17.6% over a step without it (a: 15–20%); 0.6/4 = 15% of it
+        pytest.param(3.0, "holds", "fails", id="bwd-3x"),
+        # bwd 9 ms: 1.8/8.2 = 22.0% (above a's range); 1.8/10 = 18% (below b's)
+        pytest.param(9.0, "fails", "fails", id="bwd-9x"),
+    ],
+)
+def test_recompute_measured_share_on_fixture(registry, bwd_ms, a_verdict, b_verdict):
+    rows = [_row("ours-fa2", ms_median=1.0), _row("ours-fa2", mode="bwd", ms_median=bwd_ms)]
+    rows.append(_row("ours-fa2", mode="bwd", seqlen_q=4096, seqlen_k=4096, ms_median=100.0))  # no forward: unused
+    assert _measured_row(_audit_one(registry, "recompute-flops-a", _ctx(rows)))["verdict"] == a_verdict
+    assert _measured_row(_audit_one(registry, "recompute-flops-b", _ctx(rows)))["verdict"] == b_verdict
+
+
+def test_recompute_measured_share_needs_both_passes(registry):
+    row = _measured_row(_audit_one(registry, "recompute-flops-a", _ctx([_row("ours-fa2")])))
+    assert row["verdict"] == "untestable"
+    assert "both forward and backward" in row["note"]
