@@ -1,0 +1,318 @@
+"""W4A16 / W8A16 (kernels/quant/w4a16.py): the formats, the quantisers, the fused kernel, its errors.
+
+How the kernel is judged: against ``x @ Wdqᵀ`` in float64, where ``Wdq`` is the dequantised weight (what the
+kernel should compute exactly but for rounding), with the tolerance policy's bound (kernels/tolerance.py):
+at most 2× the error of the same product in PyTorch at the activations' precision (dequantise to x's
+dtype, then matmul) plus the dtype's floor. Outputs are kept O(1) (weights ~ 0.05·N(0, 1) against
+N(0, 1) activations of K ≤ 384) so the floor means what it says. The quantisation itself is judged
+separately: round trips within half a step, and the layer's error against the unquantised weight.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+
+from kernels import tolerance
+from kernels.quant import w4a16 as wq
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _weight(n, k, dtype=F32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (0.05 * torch.randn(n, k, generator=g)).to(dtype)
+
+
+def _x(shape, dtype, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Formats and quantisers
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_packing_layout():
+    """Word j of a row holds inputs 8j … 8j+7, input 8j+i in bits 4i … 4i+3, the code being w/s + z."""
+    n, k = 3, 64
+    codes = torch.randint(0, 16, (n, k), generator=torch.Generator().manual_seed(0))
+    # a weight whose asymmetric quantisation is exactly these codes: zero point 0 (min is 0), scale 1
+    w = codes.float()
+    w[:, 0::32] = 15.0  # every group of 32 spans exactly 0 … 15
+    w[:, 1::32] = 0.0
+    qw = wq.quantize(w, group_size=32)
+    assert qw.packed.dtype == torch.int32 and qw.packed.shape == (n, k // 8)
+    assert bool((qw.scales == 1).all()) and bool((qw.zeros == 0).all())
+    expected = w.to(torch.int64)
+    for j in range(k // 8):
+        word = qw.packed[:, j].to(torch.int64) & 0xFFFFFFFF
+        for i in range(8):
+            assert torch.equal((word >> (4 * i)) & 0xF, expected[:, 8 * j + i])
+    assert torch.equal(wq.unpack_codes(qw.packed).to(torch.int64), expected)
+
+
+@pytest.mark.parametrize("symmetric", [False, True], ids=["asym", "sym"])
+@pytest.mark.parametrize("group", wq.GROUP_SIZES)
+@pytest.mark.parametrize("dtype", [F16, BF16, F32], ids=["f16", "bf16", "f32"])
+def test_quantize_round_trip(dtype, group, symmetric):
+    """Shapes and dtypes of the format; every element within half a step (+ the scale's own rounding)."""
+    w = _weight(40, 384, dtype)
+    qw = wq.quantize(w, group, symmetric)
+    assert qw.shape == (40, 384) and qw.dtype == dtype and qw.group_size == group and qw.symmetric == symmetric
+    assert qw.scales.shape == (40, 384 // group)
+    assert qw.scales.dtype == (F16 if dtype == F16 else F32)
+    if symmetric:
+        assert qw.zeros is None
+        codes = wq.unpack_codes(qw.packed)
+        assert int(codes.min()) >= 1 and int(codes.max()) <= 15  # ±7 around 8
+    else:
+        assert qw.zeros.dtype == torch.uint8 and qw.zeros.shape == qw.scales.shape
+        assert int(qw.zeros.max()) <= 15
+    deq = wq.dequantize(qw, torch.float64)
+    step = qw.scales.double().repeat_interleave(group, dim=1)
+    err = (deq - w.double()).abs()
+    assert bool((err <= 0.5 * step * (1 + 1e-3) + 1e-7).all()), f"worst {(err / step).max().item():.3f} steps"
+    assert wq.dequantize(qw).dtype == dtype and wq.dequantize(qw).shape == w.shape
+
+
+def test_zero_and_constant_groups():
+    w = _weight(8, 128)
+    w[0] = 0.0
+    w[1, :32] = 0.25  # a constant positive group: 0 is included in the range, so 0.25 is the top code
+    for symmetric in (False, True):
+        qw = wq.quantize(w, 32, symmetric)
+        assert bool(torch.isfinite(qw.scales).all()) and bool((qw.scales > 0).all())
+        deq = wq.dequantize(qw, torch.float64)
+        assert bool((deq[0] == 0).all())
+        assert torch.allclose(deq[1, :32], torch.full((32,), 0.25, dtype=torch.float64), rtol=1e-3)
+
+
+def test_quantize_w8_round_trip():
+    w = _weight(40, 100, F16)
+    q8 = wq.quantize_w8(w)
+    assert q8.qweight.dtype == torch.int8 and q8.qweight.shape == (40, 100) and q8.scales.shape == (40,)
+    assert int(q8.qweight.abs().max()) == 127
+    err = (wq.dequantize_w8(q8, torch.float64) - w.double()).abs()
+    assert bool((err <= 0.5 * q8.scales.double()[:, None] * (1 + 1e-3)).all())
+    assert wq.dequantize_w8(q8).dtype == F16
+
+
+def test_layer_error_against_unquantised_weight():
+    """The layer's output error is sane (a few % for int4, < 1 % for int8) and shrinks with the group."""
+    w, x = _weight(72, 384), _x((64, 384), F32)
+    exact = x.double() @ w.double().T
+
+    def rel_rms(deq):
+        return ((x.double() @ deq.T - exact).pow(2).mean() / exact.pow(2).mean()).sqrt().item()
+
+    for symmetric in (False, True):
+        errs = [rel_rms(wq.dequantize(wq.quantize(w, g, symmetric), torch.float64)) for g in (32, 64, 128)]
+        assert errs[0] < errs[1] < errs[2] < 0.15, errs
+        assert errs[0] > 0.02, errs  # 4 bits cannot be near-lossless
+    e8 = rel_rms(wq.dequantize_w8(wq.quantize_w8(w), torch.float64))
+    assert e8 < 0.01
+
+
+def test_bytes_are_a_quarter():
+    """The int4 format reads ≈ ¼ of the fp16 weight's bytes (+ scales and zeros: 3 bytes per group)."""
+    w = _weight(256, 1024, F16)
+    qw = wq.quantize(w, 128)
+    ratio = w.numel() * 2 / qw.nbytes()
+    assert 3.8 < ratio < 4.0, ratio
+
+
+def test_bad_quantiser_inputs():
+    with pytest.raises(ValueError, match="multiple of the group size"):
+        wq.quantize(_weight(8, 96), 64)
+    with pytest.raises(ValueError, match="group_size must be one of"):
+        wq.quantize(_weight(8, 96), 48)
+    with pytest.raises(TypeError, match="dtype"):
+        wq.quantize(_weight(8, 64).double(), 32)
+    with pytest.raises(TypeError, match="dtype"):
+        wq.quantize_w8(torch.ones(8, 64, dtype=torch.int32))
+    with pytest.raises(ValueError, match="2-D"):
+        wq.quantize(torch.ones(2, 8, 64), 32)
+    with pytest.raises(ValueError, match="2-D"):
+        wq.quantize_w8(torch.ones(64))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        wq.quantize(torch.full((8, 64), float("nan")), 32)
+    with pytest.raises(TypeError, match="W4Weight"):
+        wq.dequantize(wq.quantize_w8(_weight(8, 64)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The kernel
+# ---------------------------------------------------------------------------------------------------
+
+
+def _check_matmul(x, qw, bias, out, name):
+    """Kernel vs float64 product with the dequantised weight, bounded by same-precision PyTorch."""
+    dtype = x.dtype
+    deq = wq.dequantize(qw, torch.float64) if isinstance(qw, wq.W4Weight) else wq.dequantize_w8(qw, torch.float64)
+    ref = x.double() @ deq.T
+    low = wq.dequantize(qw, dtype) if isinstance(qw, wq.W4Weight) else wq.dequantize_w8(qw, dtype)
+    same = (x.float() @ low.float().T).to(dtype) if dtype != F32 else x @ low.T
+    if bias is not None:
+        ref = ref + bias.double()
+        same = (same.float() + bias.float()).to(dtype)
+    assert out.shape == (*x.shape[:-1], qw.shape[0]) and out.dtype == dtype
+    tolerance.assert_close(name, out, ref, same, dtype)
+
+
+# M ∈ {1, 3, 16} take the split-K path, 37 the tiled one; N = 40, 72 (multiples of 8, not powers of two)
+CASES = [
+    # (M, N, K, group, symmetric, bias, dtype)
+    (1, 40, 64, 32, False, False, F16),
+    (1, 72, 384, 128, True, True, F16),
+    (3, 72, 192, 64, False, True, F16),
+    (3, 40, 384, 32, True, False, F32),
+    (16, 40, 192, 32, False, True, F16),
+    (16, 72, 384, 128, False, False, F32),
+    (37, 72, 192, 64, True, True, F16),
+    (37, 40, 384, 128, False, True, F16),
+    (37, 72, 64, 32, False, False, F32),
+]
+
+
+@pytest.mark.parametrize("m, n, k, group, symmetric, has_bias, dtype", CASES, ids=lambda v: str(v))
+def test_matmul_matches_dequantised_product(device, m, n, k, group, symmetric, has_bias, dtype):
+    qw = wq.quantize(_weight(n, k, F16).to(device), group, symmetric)
+    x = _x((m, k), dtype).to(device)
+    bias = _x((n,), dtype, seed=2).to(device) if has_bias else None
+    _check_matmul(x, qw, bias, wq.matmul(x, qw, bias), f"matmul {m}x{n}x{k} g{group}")
+
+
+def test_path_choice():
+    """M ≤ 16 splits K (when K is long enough to split), larger M runs the tiled GEMM; on a GPU config too."""
+    assert wq.choose_config(1, 72, 384).split_k > 1 and wq.choose_config(16, 72, 384).split_k > 1
+    assert wq.choose_config(17, 72, 384).split_k == 1 and wq.choose_config(37, 72, 384).split_k == 1
+    decode = wq.choose_config(1, 4096, 4096, interpret=False)
+    assert decode.block_m == 16 and decode.split_k > 1
+    tiles = triton.cdiv(4096, decode.block_n) * decode.split_k
+    assert tiles >= 132, tiles  # at least one program per H100/H200 SM
+    assert wq.choose_config(512, 4096, 4096, interpret=False).split_k == 1
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 5])
+def test_pinned_configs_agree(device, split_k):
+    """Every pinned split (5 slices of K = 192 in 32-steps: uneven, one slice short) and a K tile spanning
+    several groups give the same result within rounding; split-K on a large M too."""
+    qw = wq.quantize(_weight(40, 192, F16).to(device), 32)
+    x = _x((20, 192), F16).to(device)
+    for block_k in (32, 64):
+        cfg = wq.W4A16Config(16, 32, block_k, split_k, 4, 1)
+        _check_matmul(x, qw, None, wq.matmul(x, qw, config=cfg), f"split {split_k} bk {block_k}")
+
+
+def test_splitk_is_deterministic(device):
+    qw = wq.quantize(_weight(72, 384, F16).to(device), 64)
+    x = _x((2, 384), F16).to(device)
+    cfg = wq.W4A16Config(16, 32, 32, 4, 4, 1)
+    assert torch.equal(wq.matmul(x, qw, config=cfg), wq.matmul(x, qw, config=cfg))
+
+
+def test_leading_dims_and_strides(device):
+    qw = wq.quantize(_weight(40, 128, F16).to(device), 64, symmetric=True)
+    x = _x((2, 3, 256), F16).to(device)[..., ::2]  # non-contiguous last dim
+    out = wq.matmul(x, qw)
+    assert out.shape == (2, 3, 40)
+    _check_matmul(x.reshape(6, 128), qw, None, out.reshape(6, 40), "strided x")
+
+
+def test_empty_inputs(device):
+    qw = wq.quantize(_weight(40, 64, F16).to(device), 32)
+    out = wq.matmul(torch.empty(0, 5, 64, dtype=F16, device=device), qw)
+    assert out.shape == (0, 5, 40)
+
+
+@pytest.mark.parametrize("m, has_bias", [(3, True), (37, False)])
+def test_matmul_w8(device, m, has_bias):
+    q8 = wq.quantize_w8(_weight(72, 100, F16).to(device))  # K = 100: int8 needs no group
+    x = _x((m, 100), F16).to(device)
+    bias = _x((72,), F16, seed=2).to(device) if has_bias else None
+    _check_matmul(x, q8, bias, wq.matmul_w8(x, q8, bias), f"matmul_w8 M={m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 37])
+def test_matmul_bf16_on_gpu(m):
+    qw = wq.quantize(_weight(72, 384, BF16).cuda(), 128)
+    x = _x((m, 384), BF16).cuda()
+    _check_matmul(x, qw, None, wq.matmul(x, qw), f"bf16 M={m}")
+
+
+def test_bad_matmul_inputs(device):
+    qw = wq.quantize(_weight(40, 64, F16).to(device), 32)
+    x = _x((3, 64), F16).to(device)
+    with pytest.raises(ValueError, match="input features"):
+        wq.matmul(_x((3, 96), F16).to(device), qw)
+    with pytest.raises(TypeError, match="x dtype"):
+        wq.matmul(x.double(), qw)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        wq.matmul(x, qw, torch.zeros(41, dtype=F16, device=device))
+    with pytest.raises(TypeError, match="W4Weight"):
+        wq.matmul(x, wq.quantize_w8(_weight(40, 64, F16).to(device)))
+    with pytest.raises(TypeError, match="W8Weight"):
+        wq.matmul_w8(x, qw)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The GPU path, compiled without a GPU
+# ---------------------------------------------------------------------------------------------------
+
+_COMPILE_SCRIPT = textwrap.dedent(
+    """
+    import re, sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from kernels.quant import w4a16 as wq
+
+    bits, m = int(sys.argv[1]), int(sys.argv[2])
+    cfg = wq.choose_config(m, 4096, 4096, interpret=False)
+    fn = wq._wxa16_matmul_kernel
+    consts = dict(BITS=bits, GROUP=128 if bits == 4 else 1, SYMMETRIC=bits == 8, SPLIT_K=cfg.split_k, IS_FP32=False,
+                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
+    pointers = {"X": "*fp16", "W": "*i32" if bits == 4 else "*i8", "S": "*fp16", "Z": "*u8", "Bias": "*fp16",
+                "Out": "*fp16" if cfg.split_k == 1 else "*fp32"}
+    sig, cons = {}, {}
+    for i, n in enumerate(fn.arg_names):
+        if n in consts:
+            sig[n], cons[(i,)] = "constexpr", consts[n]
+        elif (n == "Z" and bits == 8) or (n == "Bias" and cfg.split_k > 1):
+            sig[n], cons[(i,)] = "constexpr", None
+        elif n in ("stride_xk", "stride_wk", "stride_sg", "stride_zg", "stride_on"):  # contiguous: pinned 1
+            sig[n], cons[(i,)] = "constexpr", 1
+        else:
+            sig[n] = pointers.get(n, "i32")
+    # what the runtime infers for 16-byte-aligned pointers and sizes/strides that are multiples of 16
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n] != "constexpr"}
+    kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cons, attrs=attrs),
+                            target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+    ptx = kernel.asm["ptx"]
+    print(sorted(set(re.findall(r"(?:wgmma\\.mma_async\\.sync|mma\\.sync)\\.aligned\\.[\\w.]+", ptx))))
+    """
+)
+
+
+@pytest.mark.parametrize("bits, m", [(4, 1), (4, 512), (8, 512)], ids=["w4-splitk", "w4-gemm", "w8-gemm"])
+def test_gpu_path_compiles_to_tensor_core_mma(bits, m):
+    """Both paths build for sm_90 with the untuned Hopper configs, and the products are f16 tensor-core MMAs."""
+    if "nvidia" not in triton.backends.backends:
+        pytest.skip("this Triton has no NVIDIA backend to compile with")
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = eval(run.stdout.strip().splitlines()[-1])
+    assert found and all(".f16.f16" in f for f in found), found
