@@ -1,0 +1,75 @@
+"""A mixture-of-experts SwiGLU feed-forward layer: route, dispatch, two grouped GEMMs, combine.
+
+What it is: ``moe_ffn(x, router_logits, w_gate, w_up, w_down, top_k)`` computes, for every token, the
+router-weighted sum over its top-k experts of ``(silu(x W_gate[e]) ⊙ (x W_up[e])) W_down[e]``. Steps:
+``routing.route`` (float32 softmax, top-k, optional renormalisation); ``routing.dispatch`` (sort by
+expert on the device, int32 segment ends); ``routing.gather`` (each token copied once per choice into
+contiguous per-expert segments); one grouped GEMM with the SwiGLU epilogue fused (gate and up products
+accumulated side by side in fp32, ``silu(gate) · up`` written once, in the inputs' dtype); one grouped
+GEMM for the down projection; ``routing.combine`` (back to token order, weighted, summed over k in
+float32, deterministic). No step reads a value back to the host.
+
+Does not handle: a backward pass, expert parallelism, capacity limits / token dropping, shared experts,
+biases, quantised weights.
+
+Tested: in Triton's interpreter on CPU against ``reference.moe_ffn_reference`` in float64
+(tests/kernels/test_moe.py). Not yet run on a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.moe import routing
+from kernels.moe.grouped_gemm import grouped_gemm
+
+__all__ = ["moe_ffn"]
+
+
+def _check_inputs(x, router_logits, w_gate, w_up, w_down) -> None:
+    names = ("x", "router_logits", "w_gate", "w_up", "w_down")
+    tensors = (x, router_logits, w_gate, w_up, w_down)
+    for name, t in zip(names, tensors, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be [tokens, H], got shape {tuple(x.shape)}")
+    if router_logits.dim() != 2 or router_logits.shape[0] != x.shape[0]:
+        raise ValueError(f"router_logits must be [tokens, E] = [{x.shape[0]}, E], got {tuple(router_logits.shape)}")
+    e, h = router_logits.shape[1], x.shape[1]
+    if w_gate.dim() != 3 or w_gate.shape[:2] != (e, h):
+        raise ValueError(f"w_gate must be [E, H, F] = [{e}, {h}, F], got {tuple(w_gate.shape)}")
+    if w_up.shape != w_gate.shape:
+        raise ValueError(f"w_up must have w_gate's shape {tuple(w_gate.shape)}, got {tuple(w_up.shape)}")
+    f = w_gate.shape[2]
+    if w_down.shape != (e, f, h):
+        raise ValueError(f"w_down must be [E, F, H] = [{e}, {f}, {h}], got {tuple(w_down.shape)}")
+    for name, t in zip(names[2:], tensors[2:], strict=True):
+        if t.dtype != x.dtype:
+            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")
+    if router_logits.device != x.device:
+        raise ValueError(f"router_logits is on {router_logits.device}, x on {x.device}")
+
+
+def moe_ffn(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    renormalize: bool = True,
+) -> torch.Tensor:
+    """MoE SwiGLU layer: ``x [tokens, H]``, ``router_logits [tokens, E]``, ``w_gate``/``w_up [E, H, F]``,
+    ``w_down [E, F, H]``; returns ``[tokens, H]`` in x's dtype (float16, bfloat16; float32 to test).
+
+    ``renormalize``: divide each token's k router weights by their sum (Mixtral's convention); without
+    it the weights are the softmax probabilities of the chosen experts.
+    """
+    _check_inputs(x, router_logits, w_gate, w_up, w_down)
+    weights, expert_ids = routing.route(router_logits, top_k, renormalize)
+    plan = routing.dispatch(expert_ids, router_logits.shape[1])
+    xs = routing.gather(x, plan)
+    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, check_offsets=False)
+    ys = grouped_gemm(hidden, w_down, plan.expert_offsets, check_offsets=False)
+    return routing.combine(ys, weights, plan)
