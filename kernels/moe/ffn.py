@@ -44,6 +44,8 @@ def _check_inputs(x, router_logits, w_gate, w_up, w_down) -> None:
     f = w_gate.shape[2]
     if w_down.shape != (e, f, h):
         raise ValueError(f"w_down must be [E, F, H] = [{e}, {f}, {h}], got {tuple(w_down.shape)}")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"x has dtype {x.dtype}; supported: float16, bfloat16, float32")
     for name, t in zip(names[2:], tensors[2:], strict=True):
         if t.dtype != x.dtype:
             raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")

@@ -102,7 +102,7 @@ def combine(y: torch.Tensor, weights: torch.Tensor, plan: Dispatch) -> torch.Ten
     tokens, k = weights.shape
     if k != plan.top_k or y.shape[0] != tokens * k:
         raise ValueError(f"y has {y.shape[0]} rows and weights shape {tuple(weights.shape)}; expected {tokens}·{k}")
-    by_slot = torch.empty_like(y)
-    by_slot[plan.slot_order] = y  # slot_order is a permutation: every row written once, no accumulation
-    out = (by_slot.view(tokens, k, -1).float() * weights.unsqueeze(-1).float()).sum(dim=1)
+    # slot_order is a permutation: every row written once, no accumulation
+    by_slot = torch.empty_like(y).index_copy_(0, plan.slot_order, y)
+    out = (by_slot.view(tokens, k, y.shape[1]).float() * weights.unsqueeze(-1).float()).sum(dim=1)
     return out.to(y.dtype)
