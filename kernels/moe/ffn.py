@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from kernels.moe import routing
-from kernels.moe.grouped_gemm import grouped_gemm
+from kernels.moe.grouped_gemm import default_config, grouped_gemm, tile_map
 
 __all__ = ["moe_ffn"]
 
@@ -72,6 +72,12 @@ def moe_ffn(
     weights, expert_ids = routing.route(router_logits, top_k, renormalize)
     plan = routing.dispatch(expert_ids, router_logits.shape[1])
     xs = routing.gather(x, plan)
-    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, check_offsets=False)
-    ys = grouped_gemm(hidden, w_down, plan.expert_offsets, check_offsets=False)
+    up_cfg, down_cfg = default_config(x.dtype, fuse_swiglu=True), default_config(x.dtype)
+    # both GEMMs walk the same segments: one tile map when their row tiles agree
+    up_tiles = tile_map(plan.expert_offsets, plan.num_rows, up_cfg.block_m)
+    down_tiles = up_tiles if down_cfg.block_m == up_cfg.block_m else None
+    hidden = grouped_gemm(
+        xs, w_gate, plan.expert_offsets, swiglu_b=w_up, config=up_cfg, check_offsets=False, tiles=up_tiles
+    )
+    ys = grouped_gemm(hidden, w_down, plan.expert_offsets, config=down_cfg, check_offsets=False, tiles=down_tiles)
     return routing.combine(ys, weights, plan)

@@ -30,6 +30,7 @@ Layers, top to bottom: the ``@triton.jit`` kernel; configuration; the tile map a
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
 import triton
@@ -37,7 +38,7 @@ import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device
 
-__all__ = ["GroupedGemmConfig", "default_config", "grouped_gemm", "tile_map"]
+__all__ = ["GroupedGemmConfig", "TileMap", "default_config", "grouped_gemm", "tile_map"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -167,11 +168,21 @@ def default_config(dtype: torch.dtype, fuse_swiglu: bool = False) -> GroupedGemm
 # ---------------------------------------------------------------------------------------------------
 
 
-def tile_map(expert_offsets: torch.Tensor, total_rows: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The row tiles of every segment, on the device: ``(tile_expert, tile_row)``, both int32 ``[max_tiles]``.
+class TileMap(NamedTuple):
+    """The row tiles of every segment: ``tile_expert[t]`` (-1 past the last tile) and ``tile_row[t]``,
+    both int32 ``[ceil(total_rows / block_m) + E]``, for tiles of ``block_m`` rows."""
+
+    tile_expert: torch.Tensor
+    tile_row: torch.Tensor
+    block_m: int
+
+
+def tile_map(expert_offsets: torch.Tensor, total_rows: int, block_m: int) -> TileMap:
+    """The row tiles of every segment, built on the device with torch ops (no host read-back).
 
     ``max_tiles = ceil(total_rows / block_m) + E`` (a host-known bound). Tile ``t`` belongs to expert
     ``tile_expert[t]`` and starts at row ``tile_row[t]``; tiles past the last are marked expert -1.
+    Several grouped GEMMs over the same segments and ``block_m`` can share one map (``moe_ffn`` does).
     """
     num_experts = expert_offsets.numel()
     ends = expert_offsets.long()
@@ -185,7 +196,7 @@ def tile_map(expert_offsets: torch.Tensor, total_rows: int, block_m: int) -> tup
     e = expert.clamp(max=num_experts - 1)
     tile_row = (ends - counts)[e] + (t - (tile_ends - tiles)[e]) * block_m
     tile_expert = torch.where(valid, expert, -1)
-    return tile_expert.to(torch.int32), torch.where(valid, tile_row, 0).to(torch.int32)
+    return TileMap(tile_expert.to(torch.int32), torch.where(valid, tile_row, 0).to(torch.int32), block_m)
 
 
 def _check_inputs(
@@ -241,6 +252,7 @@ def grouped_gemm(
     swiglu_b: torch.Tensor | None = None,
     config: GroupedGemmConfig | None = None,
     check_offsets: bool = True,
+    tiles: TileMap | None = None,
 ) -> torch.Tensor:
     """``out[r] = a[r] @ b[e]`` for the rows ``r`` of each expert ``e``'s segment, in one launch.
 
@@ -252,6 +264,8 @@ def grouped_gemm(
     ``check_offsets``: verify the offsets' values (non-negative, non-decreasing, last = total_rows),
     which reads them back to the host; pass False when they come from ``routing.dispatch`` and the
     launch must not synchronise. Unchecked bad offsets give wrong results or out-of-bounds reads.
+    ``tiles``: a ``tile_map(expert_offsets, total_rows, config.block_m)`` built earlier, to share it
+    between GEMMs over the same segments (its ``block_m`` must be the configuration's).
     Raises ``ValueError`` / ``TypeError`` on bad shapes, dtypes, devices or offsets.
     """
     _check_inputs(a, b, expert_offsets, swiglu_b, check_offsets)
@@ -264,11 +278,17 @@ def grouped_gemm(
         return out
     if k == 0:
         return out.zero_()  # an empty sum; with the SwiGLU epilogue silu(0) · 0 = 0 as well
-    tile_expert, tile_row = tile_map(expert_offsets, rows, cfg.block_m)
+    if tiles is None:
+        tiles = tile_map(expert_offsets, rows, cfg.block_m)
+    elif tiles.block_m != cfg.block_m or tiles.tile_expert.numel() != triton.cdiv(rows, cfg.block_m) + num_experts:
+        raise ValueError(
+            f"tiles were built for block_m = {tiles.block_m} and {tiles.tile_expert.numel()} tiles; this launch "
+            f"uses block_m = {cfg.block_m} over {rows} rows and {num_experts} experts"
+        )
     b2 = swiglu_b if fuse else b
-    grid = (tile_expert.numel(), triton.cdiv(n, cfg.block_n))
+    grid = (tiles.tile_expert.numel(), triton.cdiv(n, cfg.block_n))
     _grouped_gemm_kernel[grid](
-        a, b, b2, out, tile_expert, tile_row, expert_offsets,
+        a, b, b2, out, tiles.tile_expert, tiles.tile_row, expert_offsets,
         n, k,
         a.stride(0), a.stride(1),
         b.stride(0), b.stride(1), b.stride(2),

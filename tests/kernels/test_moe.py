@@ -190,7 +190,8 @@ def test_grouped_gemm_strided_inputs():
 
 def test_grouped_gemm_pinned_config_and_empty():
     a, b, offsets = _gemm_inputs([3, 40, 0], 40, 24, F32)
-    out = grouped_gemm(a, b, offsets, config=GroupedGemmConfig(32, 16, 32, 4, 1))
+    cfg = GroupedGemmConfig(32, 16, 32, 4, 1)
+    out = grouped_gemm(a, b, offsets, config=cfg, tiles=tile_map(offsets, a.shape[0], 32))
     tolerance.assert_close(
         "grouped_gemm 32x16x32", out, reference.grouped_gemm_reference(a, b, offsets, F64),
         reference.grouped_gemm_reference(a, b, offsets), F32,
@@ -210,7 +211,7 @@ def test_grouped_gemm_pinned_config_and_empty():
 def test_tile_map_covers_every_row_once(counts):
     offsets = torch.tensor(counts).cumsum(0).to(torch.int32)
     rows, bm = int(offsets[-1]), 16
-    experts, starts = tile_map(offsets, rows, bm)
+    experts, starts, _ = tile_map(offsets, rows, bm)
     assert experts.dtype == starts.dtype == torch.int32
     assert experts.numel() == triton.cdiv(rows, bm) + len(counts)
     live = experts >= 0
@@ -253,6 +254,8 @@ def test_grouped_gemm_bad_inputs():
         grouped_gemm(a, b[:0], offsets[:0])
     with pytest.raises(TypeError, match="torch.Tensor"):
         grouped_gemm(a, b, [3, 7])
+    with pytest.raises(ValueError, match="tiles were built for block_m = 32"):
+        grouped_gemm(a, b, offsets, tiles=tile_map(offsets, 7, 32))
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="share one device"):
             grouped_gemm(a.cuda(), b.cuda(), offsets)
