@@ -37,8 +37,13 @@ whose weight-tile loads are separate ``@triton.jit`` helpers. Does not handle: a
 act-order (GPTQ's permuted groups), a backward pass.
 
 Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_w4a16.py), and
-compiled (not run) for sm_90, where both paths build with tensor-core MMAs. Not run on a GPU yet; the tile
-configurations below are reasoned, not tuned.
+compiled (not run) for sm_90 with Triton 3.6, where both paths build with tensor-core MMAs and no local
+memory in the PTX (N = K = 4096, fp16; ptxas's register spills are not checked): the split-K path with
+``mma.sync m16n8k16`` and 40 KiB of shared memory, the tiled path with ``wgmma m64n128k16`` and 72 KiB.
+Loading each int32 word once and unpacking it in registers (rather than one gathered load per nibble) is
+what keeps those figures down: the per-nibble version compiled to 124 KiB and 128 KiB, the pipeline
+staging the 8×-redundant int32 tile. Not run on a
+GPU yet; the tile configurations below are reasoned, not tuned.
 
 Layers, top to bottom: the ``@triton.jit`` kernels and helpers; the weight formats and quantisers;
 configuration (dataclass, heuristic); the launcher; the public functions ``matmul`` and ``matmul_w8``.
@@ -86,10 +91,10 @@ def _int4_weight_tile(
     W,  # (N, K // 8) int32, eight 4-bit codes per word along K
     S,  # (N, K // GROUP) scales
     Z,  # (N, K // GROUP) uint8 zero points, or None (symmetric: the zero is 8)
+    k0,  # first input of the tile, a multiple of 8
+    k_stop,  # a multiple of 8
     offs_n,
-    offs_k,
     n_mask,
-    k_mask,
     stride_wn,
     stride_wk,
     stride_sn,
@@ -98,19 +103,28 @@ def _int4_weight_tile(
     stride_zg,
     GROUP: tl.constexpr,
     SYMMETRIC: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
-    """The dequantised weight tile ``[BLOCK_K, BLOCK_N]`` in fp32 (transposed: ready for ``x @ w``)."""
-    mask = k_mask[:, None] & n_mask[None, :]
-    # the eight inputs of a word load the same address: one memory transaction, unpacked eight ways
-    words = tl.load(W + offs_n[None, :] * stride_wn + (offs_k[:, None] // 8) * stride_wk, mask=mask, other=0)
-    q = ((words >> ((offs_k[:, None] % 8) * 4)) & 0xF).to(tl.float32)
-    g = offs_k[:, None] // GROUP
+    """The dequantised weight tile ``[BLOCK_K, BLOCK_N]`` in fp32 (transposed: ready for ``x @ w``).
+
+    Loads are per word, ``[BLOCK_K // 8, BLOCK_N]``: each int32 is read once (not once per nibble) and a
+    word's eight inputs always share a group (GROUP is a multiple of 8), so the scale and zero point are
+    read per word too; the eight nibbles are then split out along a new middle axis and folded into K.
+    """
+    offs_w = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    mask = (offs_w < k_stop // 8)[:, None] & n_mask[None, :]
+    words = tl.load(W + offs_n[None, :] * stride_wn + offs_w[:, None] * stride_wk, mask=mask, other=0)
+    g = (offs_w * 8 // GROUP)[:, None]
     s = tl.load(S + offs_n[None, :] * stride_sn + g * stride_sg, mask=mask, other=0.0).to(tl.float32)
+    shifts = tl.arange(0, 8) * 4
+    q = ((words[:, None, :] >> shifts[None, :, None]) & 0xF).to(tl.float32)  # (BLOCK_K // 8, 8, BLOCK_N)
     if SYMMETRIC:
-        z = 8.0
+        w = (q - 8.0) * s[:, None, :]
     else:
         z = tl.load(Z + offs_n[None, :] * stride_zn + g * stride_zg, mask=mask, other=0).to(tl.float32)
-    return (q - z) * s
+        w = (q - z[:, None, :]) * s[:, None, :]
+    # row 8j + i of the tile is nibble i of word j: the packing's order, so a plain reshape
+    return tl.reshape(w, (BLOCK_K, w.shape[2]))
 
 
 @triton.jit
@@ -179,8 +193,8 @@ def _wxa16_matmul_kernel(
         # masked inputs of x are 0, so whatever the masked weight lanes hold contributes nothing
         if BITS == 4:
             w = _int4_weight_tile(
-                W, S, Z, offs_n, offs_k, n_mask, k_mask,
-                stride_wn, stride_wk, stride_sn, stride_sg, stride_zn, stride_zg, GROUP, SYMMETRIC,
+                W, S, Z, k0, k_stop, offs_n, n_mask,
+                stride_wn, stride_wk, stride_sn, stride_sg, stride_zn, stride_zg, GROUP, SYMMETRIC, BLOCK_K,
             )  # fmt: skip
         else:
             w = _int8_weight_tile(W, offs_n, offs_k, n_mask, k_mask, stride_wn, stride_wk)
@@ -452,6 +466,16 @@ def _check_activations(x: torch.Tensor, shape: tuple[int, int], bias: torch.Tens
     check_device(x, *tensors, names=("x", *names))
 
 
+def _check_config(cfg: W4A16Config) -> None:
+    # tl.dot needs power-of-two tiles of at least 16; a word (8 inputs) must not straddle a K tile
+    for name in ("block_m", "block_n", "block_k"):
+        value = getattr(cfg, name)
+        if value < 16 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two ≥ 16, got {value} in {cfg}")
+    if cfg.split_k < 1 or cfg.num_warps < 1 or cfg.num_stages < 1:
+        raise ValueError(f"split_k, num_warps and num_stages must be ≥ 1, got {cfg}")
+
+
 def _launch(x, bits, w, scales, zeros, bias, shape, group, symmetric, config: W4A16Config | None) -> torch.Tensor:
     n, k = shape
     lead = x.shape[:-1]
@@ -466,6 +490,7 @@ def _launch(x, bits, w, scales, zeros, bias, shape, group, symmetric, config: W4
             out += bias.to(out.dtype)
         return out.reshape(*lead, n)
     cfg = config or choose_config(m, n, k, sm_count=_sm_count(x.device))
+    _check_config(cfg)
     k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k
     split = triton.cdiv(k, k_per_split)  # no empty slice
     target = out if split == 1 else torch.empty((split, m, n), device=x.device, dtype=torch.float32)

@@ -205,10 +205,10 @@ def test_path_choice():
 
 @pytest.mark.parametrize("split_k", [1, 2, 5])
 def test_pinned_configs_agree(device, split_k):
-    """Every pinned split (5 slices of K = 192 in 32-steps: uneven, one slice short) and a K tile spanning
-    several groups give the same result within rounding; split-K on a large M too."""
-    qw = wq.quantize(_weight(40, 192, F16).to(device), 32)
-    x = _x((20, 192), F16).to(device)
+    """Every pinned split (5 asked for: 4 slices of 64 inputs, the last one short), and a K tile spanning two
+    groups, give the product within rounding; split-K on an M above the small-M path too."""
+    qw = wq.quantize(_weight(40, 224, F16).to(device), 32)  # K = 224: a 64-input tile ends half full
+    x = _x((20, 224), F16).to(device)
     for block_k in (32, 64):
         cfg = wq.W4A16Config(16, 32, block_k, split_k, 4, 1)
         _check_matmul(x, qw, None, wq.matmul(x, qw, config=cfg), f"split {split_k} bk {block_k}")
@@ -264,6 +264,8 @@ def test_bad_matmul_inputs(device):
         wq.matmul(x, wq.quantize_w8(_weight(40, 64, F16).to(device)))
     with pytest.raises(TypeError, match="W8Weight"):
         wq.matmul_w8(x, qw)
+    with pytest.raises(ValueError, match="power of two"):
+        wq.matmul(x, qw, config=wq.W4A16Config(16, 24, 32, 1, 4, 1))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -300,6 +302,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
                             target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     ptx = kernel.asm["ptx"]
+    print("local", ptx.count("ld.local") + ptx.count("st.local"))
     print(sorted(set(re.findall(r"(?:wgmma\\.mma_async\\.sync|mma\\.sync)\\.aligned\\.[\\w.]+", ptx))))
     """
 )
@@ -307,7 +310,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("bits, m", [(4, 1), (4, 512), (8, 512)], ids=["w4-splitk", "w4-gemm", "w8-gemm"])
 def test_gpu_path_compiles_to_tensor_core_mma(bits, m):
-    """Both paths build for sm_90 with the untuned Hopper configs, and the products are f16 tensor-core MMAs."""
+    """Both paths build for sm_90 with the untuned Hopper configs, the products are f16 tensor-core MMAs
+    (wgmma for the tiled path, mma.sync for 16-row split-K tiles) and the PTX uses no local memory."""
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
@@ -316,3 +320,5 @@ def test_gpu_path_compiles_to_tensor_core_mma(bits, m):
     assert run.returncode == 0, run.stderr[-3000:]
     found = eval(run.stdout.strip().splitlines()[-1])
     assert found and all(".f16.f16" in f for f in found), found
+    assert found[0].startswith("mma.sync" if m <= wq.SMALL_M else "wgmma"), found
+    assert run.stdout.strip().splitlines()[-2] == "local 0", run.stdout
