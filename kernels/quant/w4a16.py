@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -411,9 +412,11 @@ class W4A16Config:
 _H100_SMS = 132  # H100/H200 SXM; the device's own count is used when there is one
 
 
+@functools.cache
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        index = torch.cuda.current_device() if device.index is None else device.index
+        return torch.cuda.get_device_properties(index).multi_processor_count
     return _H100_SMS
 
 
