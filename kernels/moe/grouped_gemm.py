@@ -20,11 +20,12 @@ strides. Does not handle: a transposed ``b`` layout flag, split-K, per-expert sc
 autotuning (one configuration per dtype; ``config=`` pins another).
 
 Tested: in Triton's interpreter on CPU (float16, float32; odd K, N and segment lengths:
-tests/kernels/test_moe.py) and compiled, not run, for sm_90 (the test checks for wgmma in the PTX).
-Not yet run on a GPU.
+tests/kernels/test_moe.py) and compiled, not run, for sm_90 with the GPU default tiles, float16 and
+bfloat16, plain and fused (wgmma only, fp32 accumulation, 96 KiB of shared memory; 16-divisible sizes
+and strides assumed). Not yet run on a GPU.
 
 Layers, top to bottom: the ``@triton.jit`` kernel; configuration; the tile map and the launcher
-(checks, allocation, grid); the public function ``grouped_gemm``.
+checks; the public function ``grouped_gemm`` (allocation, grid, launch).
 """
 
 from __future__ import annotations

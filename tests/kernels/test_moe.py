@@ -364,14 +364,16 @@ def test_moe_ffn_makes_no_host_round_trip():
 _COMPILE_SCRIPT = textwrap.dedent(
     """
     import importlib, re, sys
+    import torch
     import triton
     from triton.backends.compiler import GPUTarget
 
     gg = importlib.import_module("kernels.moe.grouped_gemm")  # the package rebinds the name to the function
 
     fn = gg._grouped_gemm_kernel
-    fuse = sys.argv[1] == "1"
-    cfg = gg.GroupedGemmConfig(128, 64 if fuse else 128, 64, 8, 3)
+    fuse, dtype = sys.argv[1] == "1", sys.argv[2]
+    cfg = gg.default_config(getattr(torch, dtype), fuse)  # the GPU defaults: TRITON_INTERPRET=0 here
+    ptr = "*fp16" if dtype == "float16" else "*bf16"
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, FUSE_SWIGLU=fuse, IS_FP32=False,
                   stride_ak=1, stride_bn=1, stride_b2n=1, stride_cn=1)  # contiguous rows: the runtime pins 1
     sig, cons = {}, {}
@@ -379,7 +381,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
         if n in consts:
             sig[n], cons[(i,)] = "constexpr", consts[n]
         else:
-            sig[n] = {"A": "*fp16", "B": "*fp16", "B2": "*fp16", "C": "*fp16", "TileExpert": "*i32",
+            sig[n] = {"A": ptr, "B": ptr, "B2": ptr, "C": ptr, "TileExpert": "*i32",
                       "TileRow": "*i32", "Offsets": "*i32"}.get(n, "i32")
     # what the runtime infers for 16-byte-aligned pointers and sizes/strides that are multiples of 16
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n] != "constexpr"}
@@ -392,17 +394,22 @@ _COMPILE_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("fuse", [False, True], ids=["plain", "swiglu"])
-def test_gpu_path_compiles_to_wgmma(fuse):
-    """The sm_90 build of the grouped GEMM (and its fused SwiGLU variant) uses Hopper's wgmma on fp16."""
+@pytest.mark.parametrize(
+    "fuse, dtype, mma",
+    [(False, "float16", "f16"), (True, "float16", "f16"), (False, "bfloat16", "bf16"), (True, "bfloat16", "bf16")],
+    ids=["plain-fp16", "swiglu-fp16", "plain-bf16", "swiglu-bf16"],
+)
+def test_gpu_path_compiles_to_wgmma(fuse, dtype, mma):
+    """The sm_90 build of the grouped GEMM (and its fused SwiGLU variant), with the GPU default tiles, fits
+    an H100/H200's shared memory and uses only Hopper's wgmma, on the input type, accumulating in fp32."""
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, "1" if fuse else "0"], env=env, cwd=ROOT,
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, "1" if fuse else "0", dtype], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     shared, _, found = run.stdout.strip().splitlines()[-1].partition(" ")
     found = eval(found)
     assert int(shared) <= 232448, f"needs {shared} bytes of shared memory, more than an H100/H200 block has"
     assert found and all(m.startswith("wgmma.mma_async.sync.aligned.m64n") for m in found), found
-    assert all(m.endswith(".f32.f16.f16") for m in found), found
+    assert all(m.endswith(f".f32.{mma}.{mma}") for m in found), found
