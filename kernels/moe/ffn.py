@@ -7,7 +7,8 @@ expert on the device, int32 segment ends); ``routing.gather`` (each token copied
 contiguous per-expert segments); one grouped GEMM with the SwiGLU epilogue fused (gate and up products
 accumulated side by side in fp32, ``silu(gate) · up`` written once, in the inputs' dtype); one grouped
 GEMM for the down projection; ``routing.combine`` (back to token order, weighted, summed over k in
-float32, deterministic). No step reads a value back to the host.
+float32, deterministic). No step reads a value back to the host (asserted by a GPU-only test, not yet
+run). Both GEMMs share one device-built tile map.
 
 Does not handle: a backward pass, expert parallelism, capacity limits / token dropping, shared experts,
 biases, quantised weights.
