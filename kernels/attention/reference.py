@@ -27,11 +27,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from kernels._runtime import softmax_scale
+
 SDPA_BACKENDS = ("math", "efficient", "flash", "cudnn")
-
-
-def _scale(d: int, sm_scale: float | None) -> float:
-    return 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
 
 
 def causal_mask(rows: torch.Tensor, seqlen_q: int, seqlen_k: int) -> torch.Tensor:
@@ -58,7 +56,7 @@ def _materialise(q, k, v, causal, sm_scale, rows, compute_dtype):
     # step 1: S = scale · Q Kᵀ, written to memory as an N×N tensor
     s = torch.baddbmm(
         torch.empty((1, 1, 1), dtype=compute_dtype, device=q.device), qf, kf.transpose(1, 2), beta=0.0,
-        alpha=_scale(d, sm_scale),
+        alpha=softmax_scale(d, sm_scale),
     )  # fmt: skip
     if causal:
         s.masked_fill_(causal_mask(rows_t, seqlen_q, seqlen_k)[None], float("-inf"))
@@ -110,7 +108,7 @@ def online_softmax_attention(q, k, v, block: int, rescale: bool = True, sm_scale
     are identical.
     """
     q, k, v = (t.to(torch.float64) for t in (q, k, v))
-    scale = _scale(q.shape[-1], sm_scale)
+    scale = softmax_scale(q.shape[-1], sm_scale)
     m = torch.full((q.shape[0],), -math.inf, dtype=torch.float64, device=q.device)
     ell = torch.zeros_like(m)
     acc = torch.zeros((q.shape[0], v.shape[-1]), dtype=torch.float64, device=q.device)

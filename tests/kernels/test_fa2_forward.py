@@ -648,15 +648,18 @@ def test_autotuned_path_on_gpu(causal, monkeypatch):
 def test_online_softmax_reference_is_exact_with_rescaling(n):
     gen = torch.Generator().manual_seed(n)
     q, k, v = (torch.randn(s, 32, generator=gen, dtype=torch.float64) for s in (7, n, n))
-    exact = torch.softmax(q @ k.T / 32**0.5, dim=-1) @ v
+    exact = reference.reference_attention(q[None, None], k[None, None], v[None, None])[0, 0]
     torch.testing.assert_close(reference.online_softmax_attention(q, k, v, block=64), exact, rtol=1e-12, atol=1e-12)
 
 
 def test_online_softmax_reference_without_rescaling_is_wrong_from_the_second_block():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(s, 32, generator=gen, dtype=torch.float64) for s in (16, 128, 128))
-    exact = torch.softmax(q @ k.T / 32**0.5, dim=-1) @ v
+
+    def exact(keys):
+        return reference.reference_attention(q[None, None], k[None, None, :keys], v[None, None, :keys])[0, 0]
+
     one_block = reference.online_softmax_attention(q, k[:64], v[:64], block=64, rescale=False)
-    torch.testing.assert_close(one_block, torch.softmax(q @ k[:64].T / 32**0.5, dim=-1) @ v[:64])
+    torch.testing.assert_close(one_block, exact(64))
     two_blocks = reference.online_softmax_attention(q, k, v, block=64, rescale=False)
-    assert (two_blocks - exact).abs().max() > 1e-2
+    assert (two_blocks - exact(128)).abs().max() > 1e-2
