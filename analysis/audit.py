@@ -575,21 +575,30 @@ def tc_bound_55(claim, ctx):
     return [analytic, *_measured(ctx, measured, "naive attention rows", optional=True)]
 
 
-def _fraction_of_peak(ctx, claim, impl, what):
+def _fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes=("fwd",), about="an A100"):
+    """``impl``'s 16-bit TFLOP/s as a share of each measured GPU's dense peak, judged against the claim's range
+    (the hardware-independent form of a claim about another GPU)."""
     lo, hi = claim.asserted["range"]
+    where = ",".join(experiments)
 
     def one(gpu):
         peak, name = _peak(gpu)
-        rows = ctx.ok(gpu, impl=impl, experiment="fa2-setting", mode="fwd")
+        rows = ctx.ok(gpu, impl=impl, experiment=list(experiments), mode=list(modes),
+                      dtype=["float16", "bfloat16"])  # fmt: skip
         if rows.empty:
             raise Untestable(f"no finished {impl} rows")
         frac = 100 * rows["tflops"] / peak
+        by_mode = (
+            " (" + "; ".join(f"{m} ≤ {100 * g['tflops'].max() / peak:.0f}%" for m, g in rows.groupby("mode")) + ")"
+            if rows["mode"].nunique() > 1
+            else ""
+        )
         return Verdict(
             judge_range(frac, lo, hi),
             f"{frac.min():.0f}–{frac.max():.0f}% of peak",
             f"hardware-independent form: {what} as a fraction of {name}'s dense fp16/bf16 peak ({peak:g} TFLOP/s), "
-            f"{len(rows)} points of the FA-2 setting; the claim is about an A100",
-            f"{ctx.paths[gpu]}: experiment=fa2-setting, impl={impl}",
+            f"{len(rows)} points of {where}{by_mode}; the claim is about {about}",
+            f"{ctx.paths[gpu]}: experiment={where}, impl={impl}",
             gpu=gpu,
             unit="% of peak",
         )
@@ -1322,28 +1331,12 @@ def break_even_512(claim, ctx):
 
 @evaluator("fa1_mfu")
 def fa1_mfu(claim, ctx):
-    lo, hi = claim.asserted["range"]
-
-    def one(gpu):
-        peak, name = _peak(gpu)
-        rows = ctx.ok(gpu, impl="ours-fa1", experiment=["fa2-setting", "fa1-setting"])
-        rows = rows[rows["dtype"].isin(["float16", "bfloat16"])]
-        if rows.empty:
-            raise Untestable("no finished rows of our FA-1 kernel")
-        frac = 100 * rows["tflops"] / peak
-        by_mode = "; ".join(f"{m} ≤ {100 * g['tflops'].max() / peak:.0f}%" for m, g in rows.groupby("mode"))
-        return Verdict(
-            judge_range(frac, lo, hi),
-            f"{frac.min():.0f}–{frac.max():.0f}% of peak",
-            f"hardware-independent form on {name} ({peak:g} TFLOP/s dense): our Triton port of Algorithm 1 "
-            f"(O, ℓ, m through HBM at every K/V block), {len(rows)} points ({by_mode}); the claim is about the "
-            "original CUDA kernel on an A100",
-            f"{ctx.paths[gpu]}: impl=ours-fa1",
-            gpu=gpu,
-            unit="% of peak",
-        )
-
-    return _measured(ctx, one, "FA-1 rows")
+    return _fraction_of_peak(
+        ctx, claim, "ours-fa1",
+        "our Triton port of Algorithm 1 (O, ℓ, m through HBM at every K/V block)",
+        experiments=("fa2-setting", "fa1-setting"), modes=("fwd", "bwd", "fwd+bwd"),
+        about="the original CUDA kernel on an A100",
+    )  # fmt: skip
 
 
 @evaluator("fa2_vs_fa1")
