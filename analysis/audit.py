@@ -436,7 +436,7 @@ def std_bytes_formula(claim, ctx):
     parts = models.standard_attention_bytes(n, d)
     total = sum(parts.values())
     also = claim.asserted["also"]
-    article = also["formula_n2"] * n * n + 8 * n * d
+    article = models.formula_attention_bytes(n, d, also["formula_n2"])
     listed = sum(also["listed_n2_terms"])  # the article's own per-kernel N² terms, in bytes per N²
     model = round((total - models.minimum_attention_bytes(n, d)) / (n * n))  # the model's N² coefficient
     if listed != also["formula_n2"]:
@@ -457,7 +457,7 @@ def std_bytes_formula(claim, ctx):
             raise Untestable("no finished naive traffic points larger than the L2 cache")
         bh = pts["batch"] * pts["heads"]
         n = pts["seqlen"]
-        coeff = (pts["bytes"] / bh - 8 * n * 128) / (n * n)  # measured bytes per N², the Nd terms removed
+        coeff = (pts["bytes"] / bh - models.minimum_attention_bytes(n, 128)) / (n * n)  # bytes per N², Nd removed
         nearest = min((6, 8), key=lambda c: abs(coeff.median() - c))
         return Verdict(
             "holds" if nearest == also["formula_n2"] else "fails",
@@ -482,7 +482,7 @@ def std_flops(claim, ctx):
 
 def _intensity(n: int, d: int, n2_coeff: int) -> tuple[float, float, float]:
     flops = attention_flops(1, 1, n, n, d)
-    traffic = n2_coeff * n * n + 8 * n * d
+    traffic = models.formula_attention_bytes(n, d, n2_coeff)
     return flops, traffic, flops / traffic
 
 

@@ -115,6 +115,18 @@ def minimum_attention_bytes(n: int, d: int, batch: int = 1, heads: int = 1, elem
     return float(batch * heads) * elem_bytes * 4 * n * d
 
 
+def formula_attention_bytes(
+    n: int, d: int, n2_coeff: float, batch: int = 1, heads: int = 1, elem_bytes: int = 2
+) -> float:
+    """The articles' closed form of standard attention's HBM traffic, ``c·N² + 8Nd`` bytes in fp16 (c = 6 in
+    S1 §1.2; the per-kernel count of ``standard_attention_bytes`` gives 8): the compulsory Q, K, V, O
+    traffic plus c/2 N×N-element passes, scaled to ``elem_bytes``."""
+    return (
+        minimum_attention_bytes(n, d, batch, heads, elem_bytes)
+        + float(batch * heads) * elem_bytes * n2_coeff / 2 * n * n
+    )
+
+
 def attention_io_bytes(
     batch: int, heads: int, heads_kv: int, seqlen_q: int, seqlen_k: int, d: int, elem_bytes: int = 2
 ) -> float:
@@ -131,7 +143,13 @@ def fa1_block_sizes(m_elements: int, d: int) -> tuple[int, int]:
 
 
 def fa1_forward_bytes(
-    n: int, d: int, m_elements: int, batch: int = 1, heads: int = 1, elem_bytes: int = 2, stat_bytes: int = 4,
+    n: int,
+    d: int,
+    m_elements: int,
+    batch: int = 1,
+    heads: int = 1,
+    elem_bytes: int = 2,
+    stat_bytes: int = 4,
     full: bool = True,
 ) -> dict:
     """HBM bytes of FA-1 Algorithm 1's forward.

@@ -46,7 +46,6 @@ _NUMERIC = ["kernel_index", "batch", "heads", "seqlen", "head_dim", "block_m", "
 GROUPS = {"materialising": "standard attention", "tiled": "tiled kernels"}
 
 
-
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """Traffic rows with numbers and bools normalised; refuses a table that mixes GPUs."""
     gpus = df["gpu"].dropna().unique()
@@ -108,7 +107,7 @@ def _reference_lines(p: pd.DataFrame) -> pd.DataFrame:
     return p.assign(
         model_standard=each(models.standard_attention_total_bytes),
         # the article's count: S written, S read and P written, P read (3N² elements) plus Q, K, V, O
-        model_standard_6=each(lambda n, d, b, h, e: float(b * h) * e * (3 * n * n + 4 * n * d)),
+        model_standard_6=each(lambda n, d, b, h, e: models.formula_attention_bytes(n, d, 6, b, h, e)),
         model_minimum=each(models.minimum_attention_bytes),
     )
 

@@ -282,3 +282,14 @@ def test_ridge_point_a100_rounds_to_153():
 )
 def test_attainable_fraction(intensity, ridge, expected):
     assert models.attainable_fraction(intensity, ridge) == pytest.approx(expected, abs=1e-8)
+
+
+def test_formula_attention_bytes_hand_computed():
+    # S1 §1.2's 6N² + 8Nd at N=4096, d=128: 100,663,296 + 4,194,304 bytes
+    assert models.formula_attention_bytes(4096, 128, 6) == 104_857_600
+    # with c = 8 it is the per-kernel count of standard_attention_bytes
+    assert models.formula_attention_bytes(4096, 128, 8) == models.standard_attention_total_bytes(4096, 128)
+    # fp32 elements, B=2, H=3: twice the fp16 bytes, six times one head
+    assert models.formula_attention_bytes(64, 16, 6, batch=2, heads=3, elem_bytes=4) == 2 * 6 * (
+        6 * 64 * 64 + 8 * 64 * 16
+    )
