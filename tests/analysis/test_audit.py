@@ -661,19 +661,23 @@ def _fa1_rows(speed: dict[int, float], saving: float) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "speed, saving, expected",
+    "speed, saving, expected, fa2_span",
     [
-        # every long point (N ≥ 1024) at 2× and 4× (the edges), memory 10×: holds; N=512 at 9× is not long
-        pytest.param({512: 9.0, 1024: 2.0, 8192: 4.0}, 10.0, "holds", id="edges-hold"),
-        pytest.param({1024: 1.9, 8192: 3.0}, 15.0, "partly", id="one-speedup-below"),
-        pytest.param({1024: 3.0, 8192: 3.0}, 25.0, "partly", id="memory-above-range"),
-        pytest.param({1024: 1.0, 8192: 5.0}, 2.0, "fails", id="nothing-inside"),
+        # every long point (N ≥ 1024) at 2× and 4× (the edges), memory 10×: holds; N=512 at 9× is not long.
+        # Our FA-2 takes half of FA-1's time, so its speed-up over naive is twice FA-1's at the long points.
+        pytest.param({512: 9.0, 1024: 2.0, 8192: 4.0}, 10.0, "holds", "4.0–8.0×", id="edges-hold"),
+        pytest.param({1024: 1.9, 8192: 3.0}, 15.0, "partly", "3.8–6.0×", id="one-speedup-below"),
+        pytest.param({1024: 3.0, 8192: 3.0}, 25.0, "partly", "6.0×", id="memory-above-range"),
+        pytest.param({1024: 1.0, 8192: 5.0}, 2.0, "fails", "2.0–10.0×", id="nothing-inside"),
     ],
 )
-def test_fa1_speed_mem_on_fixture(registry, speed, saving, expected):
+def test_fa1_speed_mem_on_fixture(registry, speed, saving, expected, fa2_span):
     row = _measured_row(_audit_one(registry, "fa1-speed-mem", _ctx(_fa1_rows(speed, saving))))
     assert row["verdict"] == expected
-    assert "our FA-2: 2.0–" in row["note"] or "our FA-2:" in row["note"]
+    assert row["note"].endswith(
+        f"our FA-2: {fa2_span}. Memory saving = naive's extra peak memory / ours (inputs "
+        "excluded). The claim is about an A100: this is the same ratio measured on this GPU"
+    )
 
 
 def test_fa1_speed_mem_without_the_experiment_is_untestable(registry):
@@ -812,7 +816,7 @@ def test_flashdecoding_on_fixture(registry, fa2_ms, expected):
     row = _measured_row(_audit_one(registry, "flashdecoding", _ctx(_decode_rows(fa2_ms))))
     assert row["verdict"] == expected
     # ours moves the K/V bytes in 1 ms, the copy moves twice as many in 0.5 ms: a quarter of its bandwidth
-    assert "25–25% of the measured copy bandwidth" in row["note"] or "25% of the measured copy" in row["note"]
+    assert "25–25% of the measured copy bandwidth" in row["note"]
 
 
 @pytest.mark.parametrize(
