@@ -6,6 +6,7 @@ Triton decides at import time whether ``@triton.jit`` functions run compiled or 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -23,9 +24,7 @@ def check_device(*tensors: torch.Tensor, names: tuple[str, ...]) -> None:
     device = tensors[0].device
     if device.type == "cuda":
         if INTERPRET:
-            raise ValueError(
-                "TRITON_INTERPRET=1 runs kernels on the CPU: pass CPU tensors, or unset TRITON_INTERPRET"
-            )
+            raise ValueError("TRITON_INTERPRET=1 runs kernels on the CPU: pass CPU tensors, or unset TRITON_INTERPRET")
         return
     if device.type == "cpu" and not INTERPRET:
         raise ValueError(
@@ -42,3 +41,13 @@ def softmax_scale(head_dim: int, sm_scale: float | None) -> float:
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
     return scale
+
+
+@functools.cache
+def multiprocessor_count(device: torch.device, without_gpu: int) -> int:
+    """The GPU's multiprocessor count (cached per device), or ``without_gpu`` for a CPU tensor (the
+    interpreter), for launch heuristics that size grids to the machine."""
+    if device.type != "cuda":
+        return without_gpu
+    index = torch.cuda.current_device() if device.index is None else device.index
+    return torch.cuda.get_device_properties(index).multi_processor_count

@@ -20,13 +20,12 @@ copy bandwidth; with short ones a call is dominated by the host-side cost of lau
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, softmax_scale
+from kernels._runtime import INTERPRET, multiprocessor_count, softmax_scale
 from kernels.attention.fa2 import _attn_fwd_inner, _check_inputs
 
 __all__ = ["attention", "forward", "choose_splits", "last_splits", "MAX_QUERY_LEN"]
@@ -147,18 +146,11 @@ def last_splits() -> int | None:
     return _LAST_SPLITS[0]
 
 
-@functools.cache
-def _multiprocessors(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4  # the interpreter: a few splits still exercise the merge
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def choose_splits(batch_heads: int, seqlen_k: int, device: torch.device) -> int:
     """Enough (split, batch·head) programs to give every multiprocessor ``PROGRAMS_PER_SM`` of them, each
     split at least one key block, at most 128 splits."""
     blocks = max(1, triton.cdiv(seqlen_k, BLOCK_N))
-    target = PROGRAMS_PER_SM * _multiprocessors(device)
+    target = PROGRAMS_PER_SM * multiprocessor_count(device, 4)  # 4 in the interpreter: a few splits
     return max(1, min(blocks, 128, triton.cdiv(target, max(batch_heads, 1))))
 
 

@@ -53,13 +53,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device
+from kernels._runtime import INTERPRET, check_device, multiprocessor_count
 
 __all__ = [
     "W4Weight",
@@ -412,14 +411,6 @@ class W4A16Config:
 _H100_SMS = 132  # H100/H200 SXM; the device's own count is used when there is one
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        index = torch.cuda.current_device() if device.index is None else device.index
-        return torch.cuda.get_device_properties(index).multi_processor_count
-    return _H100_SMS
-
-
 def choose_config(m: int, n: int, k: int, *, sm_count: int = _H100_SMS, interpret: bool = INTERPRET) -> W4A16Config:
     """The launch for an ``[m, k] @ [k, n]`` product: deterministic, so tests can pin what runs.
 
@@ -492,7 +483,7 @@ def _launch(x, bits, w, scales, zeros, bias, shape, group, symmetric, config: W4
         if bias is not None:
             out += bias.to(out.dtype)
         return out.reshape(*lead, n)
-    cfg = config or choose_config(m, n, k, sm_count=_sm_count(x.device))
+    cfg = config or choose_config(m, n, k, sm_count=multiprocessor_count(x.device, _H100_SMS))
     _check_config(cfg)
     k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.block_k) * cfg.block_k
     split = triton.cdiv(k, k_per_split)  # no empty slice
