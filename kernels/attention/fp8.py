@@ -35,12 +35,16 @@ FP8 ``tl.dot`` accumulates with the tensor core's own (reduced-precision) fp32 a
 reduction unless ``max_num_imprecise_acc`` is set; that default is kept here.
 
 Tested: in Triton's interpreter on CPU (tests/kernels/test_fp8.py: odd lengths, d = 64 and 128, causal and
-not, GQA, all granularities, rotation); the GPU path compiled (not run) with Triton 3.6: for sm_90 both
-products are ``wgmma.mma_async ... f32.e4m3.e4m3`` (V transposed in shared memory, as FP8 wgmma needs its
-B operand K-major) and P is converted by ``cvt.rn.satfinite.e4m3x2.f32``; for sm_89 ``mma.sync ... e4m3``.
-With 16-divisible strides the default tiles compile without register spills and with the K/V loads
-pipelined; per-block V scales at head dim 256 spill (about 50 loads and stores per loop). Tiles are
-untuned guesses (``default_config``); never run on a GPU yet.
+not, GQA, all granularities, rotation) and on an H200 (the GPU-marked tests, bf16 included, d up to 256).
+Compiled with Triton 3.6 for sm_90 both products are ``wgmma.mma_async ... f32.e4m3.e4m3`` and P is
+converted by ``cvt.rn.satfinite.e4m3x2.f32``; for sm_89 ``mma.sync ... e4m3``. FP8 wgmma takes its B operand
+K-major only, so V is best stored sequence-contiguous (``quantize_qkv`` does it; a row-major V is
+transposed in shared memory inside the loop: 2.5× slower on the H200). Measured on the H200 (probe, d = 128,
+B·N = 16384, 16 heads, pre-quantised inputs): about 670–710 TFLOP/s without a mask and 560–580 causal, against
+480 for our bf16 FA-2 and 1440 for ``torch._scaled_mm`` on 8192³; the softmax's exponentials are not
+overlapped with the tensor cores here (FlashAttention-3 does that with warp specialisation and ping-pong
+scheduling), which is where the rest of the FP8 peak goes. The pipeline's ``fp8-speed`` experiment
+measures it in every run.
 
 Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
 configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch
@@ -74,6 +78,8 @@ __all__ = [
     "require_fp8_tensor_cores",
     "MIN_CAPABILITY",
     "forward_quantized",
+    "quantize_qkv",
+    "QUANTIZERS",
     "attention",
     "emulate",
 ]
@@ -83,6 +89,8 @@ E4M3_MAX = 448.0
 # P ∈ [0, 1] is multiplied by this before the cast to e4m3: a power of two (exact), and 256·1 stays below 448
 P_SCALE = 256.0
 GRANULARITIES = ("tensor", "head", "block")
+# "none": no scaling at all (x cast to e4m3 directly, saturating at ±448): the control of the experiments
+QUANTIZERS = ("none",) + GRANULARITIES
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 256
 _LOG2E = 1.4426950408889634
@@ -95,9 +103,9 @@ FP8Config = FA2Config  # the same four launch parameters: BLOCK_M, BLOCK_N, num_
 # ---------------------------------------------------------------------------------------------------
 
 
-def _check_granularity(granularity: str) -> None:
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+def _check_granularity(granularity: str, allowed: tuple[str, ...] = QUANTIZERS) -> None:
+    if granularity not in allowed:
+        raise ValueError(f"granularity must be one of {allowed}, got {granularity!r}")
 
 
 def quantize(
@@ -107,6 +115,7 @@ def quantize(
 
     ``scale`` is float32: shape () for ``"tensor"``, (B, H) for ``"head"``, (B, H, ⌈N / block⌉) for
     ``"block"`` (``block`` rows of the sequence axis per scale; required there, ignored otherwise).
+    ``"none"`` is the unscaled control: scale 1 (shape ()), x cast to e4m3 directly, saturating at ±448.
     scale = amax / 448 over the group, 1 for an all-zero group; values are clamped to ±448 after dividing
     (saturating). Raises ``ValueError`` for non-finite values (one host synchronisation on a GPU).
     """
@@ -117,6 +126,10 @@ def quantize(
         raise TypeError(f"x must be a float16, bfloat16 or float32 tensor to quantise, got {x.dtype}")
     b, h, n, d = x.shape
     xf = x.float()
+    if granularity == "none":
+        if not bool(torch.isfinite(xf).all()):
+            raise ValueError("cannot quantise a tensor with NaN or Inf values")
+        return xf.clamp(-E4M3_MAX, E4M3_MAX).to(FP8), xf.new_ones(())
     if granularity == "tensor":
         amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
         expanded = amax
@@ -231,6 +244,7 @@ def _fp8_fwd_inner(
     qk_scale,  # sm_scale · log2(e) · Q descale
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    P_SCALE: tl.constexpr,
     MASKED: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr,
@@ -263,10 +277,10 @@ def _fp8_fwd_inner(
         if EMULATE_P_CAST:
             # the interpreter's fp32 → e4m3 cast is wrong; an e4m3-rounded P in float16 (exact) times V
             # widened to float16 (exact) with fp32 accumulation is what the FP8 MMA computes
-            p_op = _round_to_e4m3(p * 256.0).to(tl.float16)
+            p_op = _round_to_e4m3(p * P_SCALE).to(tl.float16)
             v_op = v.to(tl.float16)
         else:
-            p_op = (p * 256.0).to(tl.float8e4nv)
+            p_op = (p * P_SCALE).to(tl.float8e4nv)
             v_op = v
         if V_SCALE_PER_TILE:
             acc += tl.dot(p_op, v_op) * tl.load(vs_ptr + blk * stride_vsblk)
@@ -308,6 +322,7 @@ def _fp8_fwd_kernel(
     EVEN_D: tl.constexpr,
     V_SCALE_PER_TILE: tl.constexpr,  # V's scale varies along the keys: applied per tile, not at the end
     EMULATE_P_CAST: tl.constexpr,  # the interpreter's path (see the module docstring)
+    P_SCALE: tl.constexpr,  # P is multiplied by this before its cast to e4m3 (a power of two)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
@@ -338,16 +353,16 @@ def _fp8_fwd_kernel(
     acc, l_i, m_i = _fp8_fwd_inner(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, ks_ptr, vs_ptr, stride_kn, stride_vn, stride_ksblk, stride_vsblk,
         kv_scale_block, offs_m, offs_n, offs_d, 0, full_hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
+        HEAD_DIM, BLOCK_N, P_SCALE, False, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
     )  # fmt: skip
     acc, l_i, m_i = _fp8_fwd_inner(
         acc, l_i, m_i, q, k_ptrs, v_ptrs, ks_ptr, vs_ptr, stride_kn, stride_vn, stride_ksblk, stride_vsblk,
         kv_scale_block, offs_m, offs_n, offs_d, full_hi, hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
+        HEAD_DIM, BLOCK_N, P_SCALE, True, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
     )  # fmt: skip
 
     # undo P's scaling (and V's scale when it is one per row of the output) in the one division
-    denom = l_i * 256.0
+    denom = l_i * P_SCALE
     if not V_SCALE_PER_TILE:
         denom = denom / tl.load(vs_ptr)
     acc = acc / tl.where(l_i > 0.0, denom, 1.0)[:, None]  # rows that see no key: acc = 0, output 0
@@ -366,14 +381,17 @@ MIN_CAPABILITY = (8, 9)  # Ada and Hopper have FP8 tensor cores; Ampere has none
 def default_config(head_dim: int) -> FP8Config:
     """The tiles used when none is pinned (``config=`` or ``KERNELS_FP8_CONFIG``).
 
-    Interpreter: 32×16, short on the CPU while crossing several tiles and scale blocks. GPU: untuned
-    starting points after FlashAttention-3's FP8 tiles (128-row Q tiles over two warpgroups; narrower K/V
-    tiles at head dim 256 to stay within registers); to be replaced by an H200 sweep.
+    Interpreter: 32×16, short on the CPU while crossing several tiles and scale blocks. GPU, head dim ≤ 128:
+    64×128 tiles, 4 warps (one warpgroup), 3 stages: the best or within 4% of the best of ten tile shapes
+    on an H200 at d = 128, N = 4096 and 16384, causal and not, per-tensor and per-block scales, with V
+    sequence-contiguous (a probe, not yet a pipeline experiment; 128×256 was up to 3% faster at N = 16384
+    without a mask but cannot take per-128-row scale blocks). Head dim 256: 128×64 with 8 warps, untuned
+    (checked for correctness on the H200).
     """
     if INTERPRET:
         return FP8Config(32, 16, 4, 1)
     if head_dim <= 128:
-        return FP8Config(128, 128, 8, 2)
+        return FP8Config(64, 128, 4, 3)
     return FP8Config(128, 64, 8, 2)
 
 
@@ -443,6 +461,12 @@ def _check_fp8_inputs(q8, k8, v8) -> None:
         require_fp8_tensor_cores(torch.cuda.get_device_capability(q8.device), str(q8.device))
 
 
+def _check_p_scale(p_scale) -> None:
+    ok = isinstance(p_scale, (int, float)) and not isinstance(p_scale, bool) and 1 <= p_scale <= P_SCALE
+    if not ok or math.log2(p_scale) != int(math.log2(p_scale)):
+        raise ValueError(f"p_scale must be a power of two from 1 to {P_SCALE:g}, got {p_scale!r}")
+
+
 def require_fp8_tensor_cores(capability: tuple[int, int], device: str) -> None:
     """Raise ``TypeError`` unless ``capability`` (major, minor) has FP8 tensor cores (≥ 8.9)."""
     if tuple(capability) < MIN_CAPABILITY:
@@ -468,6 +492,7 @@ def forward_quantized(
     out_dtype: torch.dtype = torch.bfloat16,
     config: FP8Config | None = None,
     check_scale_values: bool = True,
+    p_scale: float = P_SCALE,
 ) -> torch.Tensor:
     """Attention of e4m3 inputs: ``softmax((q8·q_scale)(k8·k_scale)ᵀ · sm_scale) (v8·v_scale)``.
 
@@ -483,11 +508,20 @@ def forward_quantized(
         config: pins the tiles (else ``KERNELS_FP8_CONFIG``, else ``default_config``).
         check_scale_values: refuse scales that are not positive and finite (reads them back: one host
             synchronisation per scale on a GPU); False skips that, e.g. inside a timed loop.
+        p_scale: P ∈ [0, 1] is multiplied by this before its cast to e4m3 and divided out at the end: a
+            power of two from 1 (no scaling: P's small entries fall into e4m3's subnormals, the smallest
+            2⁻⁹) to 256 (the default: the smallest representable P becomes 2⁻¹⁷); P · p_scale ≤ 448.
+
+    Speed: FP8 wgmma needs its B operand K-major, so for P·V the kernel wants V with the sequence axis
+    contiguous. Pass ``v8`` as the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk]`` tensor
+    (``v8.transpose(-1, -2).contiguous().transpose(-1, -2)``, as ``attention`` does) and the kernel reads
+    it that way; a row-major ``v8`` is transposed in shared memory inside the loop, 2.5× slower on an H200.
 
     Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
     shapes, scales, block sizes or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
     """
     _check_fp8_inputs(q8, k8, v8)
+    _check_p_scale(p_scale)
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float16, got {out_dtype}")
     b, h, seqlen_q, d = q8.shape
@@ -516,7 +550,7 @@ def forward_quantized(
         *_scale_strides(q_scale), *_scale_strides(k_scale), *_scale_strides(v_scale),
         q_block, kv_block, h, h // k8.shape[1], seqlen_q, seqlen_k, float(sm_scale),
         HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), EVEN_N=seqlen_k % cfg.block_n == 0,
-        EVEN_D=d == block_d, V_SCALE_PER_TILE=v_scale.dim() == 3, EMULATE_P_CAST=INTERPRET,
+        EVEN_D=d == block_d, V_SCALE_PER_TILE=v_scale.dim() == 3, EMULATE_P_CAST=INTERPRET, P_SCALE=p_scale,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
@@ -538,6 +572,7 @@ def attention(
     *,
     seed: int = 0,
     config: FP8Config | None = None,
+    p_scale: float = P_SCALE,
 ) -> torch.Tensor:
     """FP8 attention of bfloat16/float16 inputs: quantise Q, K, V to e4m3, then ``forward_quantized``.
 
@@ -545,9 +580,10 @@ def attention(
         q: ``[B, H, Nq, d]``; k, v: ``[B, H_kv, Nk, d]`` with H_kv dividing H; float16 or bfloat16, one dtype.
         causal: mask keys after the query, aligned to the bottom-right corner when Nq ≠ Nk.
         sm_scale: score scale, default ``1/sqrt(d)``.
-        granularity: ``"tensor"``, ``"head"`` or ``"block"`` (per kernel tile, FlashAttention-3's choice).
+        granularity: ``"tensor"``, ``"head"`` or ``"block"`` (per kernel tile, FlashAttention-3's choice);
+            ``"none"`` casts without scaling (the experiments' control).
         rotate: incoherent processing: Q and K multiplied (in fp32) by ``rotation(d, seed)`` before quantising.
-        seed: the rotation's seed; config: pins the tiles, as in ``forward_quantized``.
+        seed: the rotation's seed; config: pins the tiles, p_scale: P's scale, as in ``forward_quantized``.
 
     Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable.
     """
@@ -568,11 +604,18 @@ def attention(
     if rotate and d == k.shape[3]:  # a head-dim mismatch is reported by forward_quantized
         m = rotation(d, seed, device=q.device)
         qf, kf = qf @ m, kf @ m
-    q8, qs = quantize(qf, granularity, cfg.block_m)
-    k8, ks = quantize(kf, granularity, cfg.block_n)
-    v8, vs = quantize(v, granularity, cfg.block_n)
+    q8, k8, v8, qs, ks, vs = quantize_qkv(qf, kf, v, granularity, cfg)
     return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=cfg.block_m, kv_block=cfg.block_n,
-                             out_dtype=q.dtype, config=cfg)  # fmt: skip
+                             out_dtype=q.dtype, config=cfg, p_scale=p_scale)  # fmt: skip
+
+
+def quantize_qkv(q, k, v, granularity: str, config: FP8Config):
+    """Q, K, V quantised for ``forward_quantized`` with ``config``'s tiles as the scale blocks, V laid out
+    sequence-contiguous (see ``forward_quantized``): ``(q8, k8, v8, q_scale, k_scale, v_scale)``."""
+    q8, qs = quantize(q, granularity, config.block_m)
+    k8, ks = quantize(k, granularity, config.block_n)
+    v8, vs = quantize(v, granularity, config.block_n)
+    return q8, k8, v8.transpose(-1, -2).contiguous().transpose(-1, -2), qs, ks, vs
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -581,10 +624,22 @@ def attention(
 
 
 def emulate(
-    q8, k8, v8, q_scale, k_scale, v_scale, causal=False, sm_scale=None, *, q_block=None, kv_block=None, block_n=16
+    q8,
+    k8,
+    v8,
+    q_scale,
+    k_scale,
+    v_scale,
+    causal=False,
+    sm_scale=None,
+    *,
+    q_block=None,
+    kv_block=None,
+    block_n=16,
+    p_scale=P_SCALE,
 ) -> torch.Tensor:
     """The kernel's arithmetic in float64 torch: dequantised Q, K, V; the online softmax over ``block_n``-key
-    tiles in order, with P · 256 rounded to e4m3 (torch's cast) at each tile's running max; ℓ from the
+    tiles in order, with P · p_scale rounded to e4m3 (torch's cast) at each tile's running max; ℓ from the
     unrounded P. Differs from the kernel by fp32-vs-float64 rounding, which now and then moves an element
     of P across an e4m3 rounding boundary (a change of one e4m3 step, 2⁻³ relative, in that element).
     Returns float64 ``[B, H, Nq, d]``."""
@@ -611,7 +666,7 @@ def emulate(
         p = torch.exp2(st - m_use)
         alpha = torch.exp2(m - m_use)
         ell = ell * alpha + p.sum(dim=-1, keepdim=True)
-        p8 = (p * P_SCALE).to(FP8).double() / P_SCALE
+        p8 = (p * p_scale).to(FP8).double() / p_scale
         acc = acc * alpha + p8 @ vd[..., start : start + block_n, :]
         m = m_new
     return torch.where(ell > 0, acc / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(acc))

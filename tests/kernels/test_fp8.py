@@ -305,6 +305,55 @@ def test_mixed_granularities_and_coarser_blocks(device):
     _check_against_emulation("mixed2 f16", out, (q8, k8, v8, qs, ks, vs), cfg, False, blocks=(qb, kvb))
 
 
+@pytest.mark.parametrize("p_scale", [1.0, 16.0], ids=["p1", "p16"])
+def test_p_scale_is_a_choice_and_matches_emulation(p_scale, device):
+    """P's scale before the e4m3 cast (1: no scaling, P's small entries land in e4m3's subnormals)."""
+    if device == "cuda" and torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores (compute capability ≥ 8.9)")
+    cfg = fp8.config_in_effect(64)
+    q, k, v = random_tensors([(1, 2, 97, 64), (1, 2, 130, 64), (1, 2, 130, 64)], F16, device, seed=5)
+    q = q * 3  # sharper softmax rows: more of P is small
+    quantised = fp8.quantize_qkv(q, k, v, "block", cfg)
+    out = fp8.forward_quantized(*quantised, causal=True, out_dtype=F16, p_scale=p_scale)
+    q8, k8, v8, qs, ks, vs = (t.cpu() for t in quantised)
+    emu = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=cfg.block_m, kv_block=cfg.block_n,
+                      block_n=cfg.block_n, p_scale=p_scale)  # fmt: skip
+    emu256 = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=cfg.block_m, kv_block=cfg.block_n,
+                         block_n=cfg.block_n)  # fmt: skip
+    err, _ = tolerance.error_stats(out.cpu(), emu)
+    err256, _ = tolerance.error_stats(out.cpu(), emu256)
+    assert err <= 2.0**-9 * emu.abs().max().item() + 2.0**-6, f"p_scale={p_scale}: {err:.3e} from its emulation"
+    assert err < err256, "the kernel's result must follow its P scale (it matched the default's emulation better)"
+
+
+def test_v_layouts_agree(device):
+    """V row-major or sequence-contiguous (what quantize_qkv makes): the same numbers."""
+    if device == "cuda" and torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores (compute capability ≥ 8.9)")
+    cfg = fp8.config_in_effect(64)
+    q, k, v = random_tensors([(1, 2, 70, 64), (1, 2, 97, 64), (1, 2, 97, 64)], F16, device, seed=6)
+    q8, k8, v8t, qs, ks, vs = fp8.quantize_qkv(q, k, v, "block", cfg)
+    assert v8t.stride(-2) == 1, "quantize_qkv stores V sequence-contiguous"
+    a = fp8.forward_quantized(q8, k8, v8t, qs, ks, vs, out_dtype=F16)
+    b = fp8.forward_quantized(q8, k8, v8t.contiguous(), qs, ks, vs, out_dtype=F16)
+    assert torch.equal(a, b)
+
+
+def test_unscaled_control_saturates():
+    x = torch.tensor([[[[1000.0, -3.0, 2.0**-12, 0.5]]]])
+    x8, scale = fp8.quantize(x, "none")
+    assert scale.shape == () and scale.item() == 1.0
+    assert x8.float().flatten().tolist() == [448.0, -3.0, 0.0, 0.5]  # saturated, exact, flushed below 2^-10, exact
+
+
+@pytest.mark.parametrize("p_scale", [0, 3.0, 512.0, True, "8"], ids=["zero", "not-pow2", "too-big", "bool", "str"])
+def test_rejects_bad_p_scale(p_scale, device):
+    q8, k8, v8 = _fp8_inputs(device)
+    one = torch.ones((), device=device)
+    with pytest.raises(ValueError, match="p_scale"):
+        fp8.forward_quantized(q8, k8, v8, one, one, one, p_scale=p_scale)
+
+
 def test_empty_and_keyless(device):
     q8 = torch.zeros(1, 2, 5, 64, device=device).to(torch.float8_e4m3fn)
     k8 = torch.zeros(1, 2, 0, 64, device=device).to(torch.float8_e4m3fn)
