@@ -43,22 +43,49 @@ def _x(shape, dtype, seed=1):
 
 
 def test_packing_layout():
-    """Word j of a row holds inputs 8j … 8j+7, input 8j+i in bits 4i … 4i+3, the code being w/s + z."""
-    n, k = 3, 64
+    """Blocks of 128 inputs, 16 words per row: nibble i (bits 4i … 4i+3) of word j is input k0 + 16i + j;
+    the last, shorter block of t inputs (K = 224: t = 96, 12 words): nibble i of word j is k0 + i·t/8 + j."""
+    n, k = 3, 224
     codes = torch.randint(0, 16, (n, k), generator=torch.Generator().manual_seed(0))
     # a weight whose asymmetric quantisation is exactly these codes: zero point 0 (min is 0), scale 1
     w = codes.float()
     w[:, 0::32] = 15.0  # every group of 32 spans exactly 0 … 15
     w[:, 1::32] = 0.0
     qw = wq.quantize(w, group_size=32)
-    assert qw.packed.dtype == torch.int32 and qw.packed.shape == (n, k // 8)
+    assert qw.packed.dtype == torch.int32 and qw.packed.shape == (n, k // 8) and qw.pack_block == 128
     assert bool((qw.scales == 1).all()) and bool((qw.zeros == 0).all())
     expected = w.to(torch.int64)
-    for j in range(k // 8):
-        word = qw.packed[:, j].to(torch.int64) & 0xFFFFFFFF
+    for c in range(k // 8):
+        word = qw.packed[:, c].to(torch.int64) & 0xFFFFFFFF
         for i in range(8):
-            assert torch.equal((word >> (4 * i)) & 0xF, expected[:, 8 * j + i])
+            inp = 16 * i + c if c < 16 else 128 + 12 * i + (c - 16)
+            assert torch.equal((word >> (4 * i)) & 0xF, expected[:, inp])
     assert torch.equal(wq.unpack_codes(qw.packed).to(torch.int64), expected)
+
+
+@pytest.mark.parametrize("k", [32, 64, 96, 128, 160, 256, 352, 4096])
+def test_pack_unpack_round_trip(k):
+    """pack_codes/unpack_codes are inverse for every K the format allows (K a multiple of 32)."""
+    codes = torch.randint(0, 16, (5, k), generator=torch.Generator().manual_seed(k), dtype=torch.int32)
+    packed = wq.pack_codes(codes)
+    assert packed.shape == (5, k // 8) and packed.dtype == torch.int32
+    assert torch.equal(wq.unpack_codes(packed), codes)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16, F32], ids=["f16", "bf16", "f32"])
+def test_scale_zero_words(dtype):
+    """16-bit scales live in one int32 per (group, output): the scale's bits, then 2^e + z in its dtype;
+    scales and zeros are views of it (N-contiguous), and nbytes counts the words."""
+    qw = wq.quantize(_weight(40, 256, dtype), 64)
+    if dtype == F32:
+        assert qw.scale_zero is None and qw.scales.stride() == (1, 40)
+        return
+    sz = qw.scale_zero
+    assert sz.shape == (4, 40) and sz.dtype == torch.int32 and qw.scales.stride()[0] == 2
+    assert torch.equal(qw.scales.t().contiguous().view(torch.int16), (sz & 0xFFFF).to(torch.int16))
+    magic = 0x6400 if dtype == F16 else 0x4300
+    assert torch.equal((sz >> 16) & 0xFFFF, qw.zeros.t().to(torch.int32) | magic)
+    assert qw.nbytes() == 40 * 256 // 2 + 4 * 40 * 4
 
 
 @pytest.mark.parametrize("symmetric", [False, True], ids=["asym", "sym"])
@@ -70,7 +97,7 @@ def test_quantize_round_trip(dtype, group, symmetric):
     qw = wq.quantize(w, group, symmetric)
     assert qw.shape == (40, 384) and qw.dtype == dtype and qw.group_size == group and qw.symmetric == symmetric
     assert qw.scales.shape == (40, 384 // group)
-    assert qw.scales.dtype == (F16 if dtype == F16 else F32)
+    assert qw.scales.dtype == dtype  # the weight's own 16-bit dtype, or fp32
     if symmetric:
         assert qw.zeros is None
         codes = wq.unpack_codes(qw.packed)
@@ -124,11 +151,11 @@ def test_layer_error_against_unquantised_weight():
 
 
 def test_bytes_are_a_quarter():
-    """The int4 format reads ≈ ¼ of the fp16 weight's bytes (+ scales and zeros: 3 bytes per group)."""
+    """The int4 format reads ≈ ¼ of the fp16 weight's bytes (+ scales and zeros: 4 bytes per group)."""
     w = _weight(256, 1024, F16)
     qw = wq.quantize(w, 128)
     ratio = w.numel() * 2 / qw.nbytes()
-    assert 3.8 < ratio < 4.0, ratio
+    assert 3.7 < ratio < 4.0, ratio
 
 
 def test_bad_quantiser_inputs():
@@ -205,19 +232,32 @@ def test_path_choice():
 
 @pytest.mark.parametrize("split_k", [1, 2, 5])
 def test_pinned_configs_agree(device, split_k):
-    """Every pinned split (5 asked for: 4 slices of 64 inputs, the last one short), and a K tile spanning two
-    groups, give the product within rounding; split-K on an M above the small-M path too."""
-    qw = wq.quantize(_weight(40, 224, F16).to(device), 32)  # K = 224: a 64-input tile ends half full
-    x = _x((20, 224), F16).to(device)
-    for block_k in (32, 64):
-        cfg = wq.W4A16Config(16, 32, block_k, split_k, 4, 1)
-        _check_matmul(x, qw, None, wq.matmul(x, qw, config=cfg), f"split {split_k} bk {block_k}")
+    """Every pinned split (5 asked for, of 3 whole blocks: 3 slices), both operand orders, a 256-input step
+    whose second block is missing, and a 96-input tail block (K = 480) whose 12-word slices cross groups."""
+    qw = wq.quantize(_weight(40, 480, F16).to(device), 32)
+    x = _x((20, 480), F16).to(device)
+    for block_k in (128, 256):
+        for swap in (False, True):
+            cfg = wq.W4A16Config(16, 32, block_k, split_k, 4, 1, swap)
+            _check_matmul(x, qw, None, wq.matmul(x, qw, config=cfg), f"split {split_k} bk {block_k} swap {swap}")
+
+
+@pytest.mark.parametrize("m", [1, 3, 16, 17, 100])
+@pytest.mark.parametrize("split_k, swap", [(1, False), (3, True), (2, False), (1, True)])
+def test_rows_with_and_without_split(device, m, split_k, swap):
+    """M = 1, 3, 16, 17, 100 (one and several M tiles) with and without split-K, in both operand orders;
+    K = 416 (3 blocks and a 32-input tail), N = 72 (a masked N tile)."""
+    qw = wq.quantize(_weight(72, 416, F16).to(device), 32)
+    x = _x((m, 416), F16).to(device)
+    bias = _x((72,), F16, seed=2).to(device)
+    cfg = wq.W4A16Config(32, 32, 128, split_k, 4, 1, swap)
+    _check_matmul(x, qw, bias, wq.matmul(x, qw, bias, config=cfg), f"M={m} split {split_k} swap {swap}")
 
 
 def test_splitk_is_deterministic(device):
-    qw = wq.quantize(_weight(72, 384, F16).to(device), 64)
-    x = _x((2, 384), F16).to(device)
-    cfg = wq.W4A16Config(16, 32, 32, 4, 4, 1)
+    qw = wq.quantize(_weight(72, 512, F16).to(device), 64)
+    x = _x((2, 512), F16).to(device)
+    cfg = wq.W4A16Config(16, 32, 128, 4, 4, 1, True)
     assert torch.equal(wq.matmul(x, qw, config=cfg), wq.matmul(x, qw, config=cfg))
 
 
@@ -265,7 +305,9 @@ def test_bad_matmul_inputs(device):
     with pytest.raises(TypeError, match="W8Weight"):
         wq.matmul_w8(x, qw)
     with pytest.raises(ValueError, match="power of two"):
-        wq.matmul(x, qw, config=wq.W4A16Config(16, 24, 32, 1, 4, 1))
+        wq.matmul(x, qw, config=wq.W4A16Config(16, 24, 128, 1, 4, 1))
+    with pytest.raises(ValueError, match="multiple of the packing block"):
+        wq.matmul(x, qw, config=wq.W4A16Config(16, 32, 64, 1, 4, 1))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -280,19 +322,26 @@ _COMPILE_SCRIPT = textwrap.dedent(
     from kernels.quant import w4a16 as wq
 
     bits, m = int(sys.argv[1]), int(sys.argv[2])
-    cfg = wq.choose_config(m, 4096, 4096, interpret=False)
-    fn = wq._wxa16_matmul_kernel
-    consts = dict(BITS=bits, GROUP=128 if bits == 4 else 1, SYMMETRIC=bits == 8, SPLIT_K=cfg.split_k, IS_FP32=False,
-                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
-    pointers = {"X": "*fp16", "W": "*i32" if bits == 4 else "*i8", "S": "*fp16", "Z": "*u8", "Bias": "*fp16",
-                "Out": "*fp16" if cfg.split_k == 1 else "*fp32"}
+    cfg = wq.choose_config(m, 4096, 4096, interpret=False, bits=bits)
+    if bits == 4:
+        fn = wq._w4a16_kernel
+        consts = dict(GROUP=128, SYMMETRIC=False, TAIL_WORDS=0, SPLIT_K=cfg.split_k, DEQ=0, MAGIC=0x6400,
+                      SWAP_AB=cfg.swap_ab, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
+        pointers = {"X": "*fp16", "W": "*i32", "S": "*i32", "Out": "*fp16" if cfg.split_k == 1 else "*fp32"}
+        none, ones = ("Z", "Bias"), ("stride_xk", "stride_wc", "stride_sn", "stride_on")
+    else:
+        fn = wq._w8a16_matmul_kernel
+        consts = dict(SPLIT_K=cfg.split_k, IS_FP32=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                      BLOCK_K=cfg.block_k)
+        pointers = {"X": "*fp16", "W": "*i8", "S": "*fp16", "Out": "*fp16" if cfg.split_k == 1 else "*fp32"}
+        none, ones = ("Bias",), ("stride_xk", "stride_wk", "stride_sn", "stride_on")
     sig, cons = {}, {}
     for i, n in enumerate(fn.arg_names):
         if n in consts:
             sig[n], cons[(i,)] = "constexpr", consts[n]
-        elif (n == "Z" and bits == 8) or (n == "Bias" and cfg.split_k > 1):
+        elif n in none:
             sig[n], cons[(i,)] = "constexpr", None
-        elif n in ("stride_xk", "stride_wk", "stride_sg", "stride_zg", "stride_on"):  # contiguous: pinned 1
+        elif n in ones:  # contiguous: pinned 1
             sig[n], cons[(i,)] = "constexpr", 1
         else:
             sig[n] = pointers.get(n, "i32")
@@ -302,6 +351,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
                             target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     ptx = kernel.asm["ptx"]
+    loop = kernel.asm["ttgir"].split("scf.for", 1)[1].split("scf.yield", 1)[0]
+    print("loop-converts", loop.count("ttg.convert_layout"))
     print("local", ptx.count("ld.local") + ptx.count("st.local"))
     print(sorted(set(re.findall(r"(?:wgmma\\.mma_async\\.sync|mma\\.sync)\\.aligned\\.[\\w.]+", ptx))))
     """
@@ -310,15 +361,19 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("bits, m", [(4, 1), (4, 512), (8, 512)], ids=["w4-splitk", "w4-gemm", "w8-gemm"])
 def test_gpu_path_compiles_to_tensor_core_mma(bits, m):
-    """Both paths build for sm_90 with the untuned Hopper configs, the products are f16 tensor-core MMAs
-    (wgmma for the tiled path, mma.sync for 16-row split-K tiles) and the PTX uses no local memory."""
+    """Both int4 paths build for sm_90 with the default Hopper configs as f16 wgmma (the decode path's
+    m64n16k16 with the weight as the register operand, the GEMM's m64n128k16), with no layout conversion
+    inside the K loop and no local memory in the PTX; the int8 GEMM too."""
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
     run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m)], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    found = eval(run.stdout.strip().splitlines()[-1])
+    lines = run.stdout.strip().splitlines()
+    found = eval(lines[-1])
     assert found and all(".f16.f16" in f for f in found), found
-    assert found[0].startswith("mma.sync" if m <= wq.SMALL_M else "wgmma"), found
-    assert run.stdout.strip().splitlines()[-2] == "local 0", run.stdout
+    assert found[0].startswith("wgmma"), found
+    assert lines[-2] == "local 0", run.stdout
+    if bits == 4:
+        assert lines[-3] == "loop-converts 0", run.stdout
