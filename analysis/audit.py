@@ -122,10 +122,17 @@ class Context:
     paths: dict[str, str] = dataclasses.field(default_factory=dict)
     traffic: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)  # Nsight Compute DRAM bytes
     traffic_paths: dict[str, str] = dataclasses.field(default_factory=dict)
+    ops: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)  # W4A16 and MoE rows (ops.csv)
+    ops_paths: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_files(cls, files: dict[str, str | Path], traffic_files: dict[str, str | Path] | None = None) -> Context:
-        from analysis import tables, traffic
+    def from_files(
+        cls,
+        files: dict[str, str | Path],
+        traffic_files: dict[str, str | Path] | None = None,
+        ops_files: dict[str, str | Path] | None = None,
+    ) -> Context:
+        from analysis import ops_tables, tables, traffic
 
         ctx = cls()
         for gpu, path in files.items():
@@ -134,7 +141,18 @@ class Context:
         for gpu, path in (traffic_files or {}).items():
             ctx.traffic[gpu] = traffic.read_rows(path)
             ctx.traffic_paths[gpu] = str(path)
+        for gpu, path in (ops_files or {}).items():
+            ctx.ops[gpu] = ops_tables.read_rows([path])
+            ctx.ops_paths[gpu] = str(path)
         return ctx
+
+    def ops_ok(self, gpu: str, **where) -> pd.DataFrame:
+        """Timed ops rows that finished, filtered by column values (lists mean "any of")."""
+        df = self.ops[gpu]
+        mask = (df["status"] == "ok") & (df["timed"].astype(str) == "True")
+        for col, val in where.items():
+            mask &= df[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else df[col] == val
+        return df[mask]
 
     def traffic_points(self, gpu: str, impl: str, head_dim: int) -> pd.DataFrame:
         """Measured DRAM bytes (read + written, all kernels) per point of the N × d traffic grid.
@@ -1570,3 +1588,7 @@ def summary(verdicts: pd.DataFrame) -> dict[str, int]:
     """Count of claims per verdict (a claim judged on several GPUs counts once per GPU)."""
     counts = verdicts["verdict"].value_counts()
     return {v: int(counts.get(v, 0)) for v in VERDICTS}
+
+
+# The W4A16 and MoE claims' evaluators read the ops tables; they register themselves on import.
+from analysis import ops_audit  # noqa: E402, F401

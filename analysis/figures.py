@@ -530,6 +530,8 @@ SECTIONS = {
     "decode": "Decoding",
     "varlen": "Variable-length batches",
     "traffic": "HBM traffic",
+    "quant": "W4A16 / W8A16 linear layers",
+    "moe": "Mixture-of-experts layers",
 }
 
 

@@ -1,4 +1,4 @@
-"""FLOP model of attention, defined once and used by benchmarks, audit and figures alike.
+"""FLOP models of attention, GEMMs and MoE layers, defined once and used by benchmarks, audit and figures alike.
 
 Forward: two matrix products (Q Kᵀ and P V) of 2·Nq·Nk·d FLOPs each per batch and head, so
 4·B·H·Nq·Nk·d; causal attention is counted as half of that (the convention of the FlashAttention papers
@@ -28,3 +28,17 @@ def attention_flops(
 def tflops(flops: float, ms: float) -> float:
     """Throughput in TFLOP/s of ``flops`` done in ``ms`` milliseconds."""
     return flops / (ms * 1e-3) / 1e12
+
+
+def gemm_flops(m: int, n: int, k: int) -> float:
+    """FLOPs of an ``[m, k] @ [k, n]`` product: 2·m·n·k (one multiply and one add per term; a linear layer
+    ``x @ Wᵀ`` with ``W [n, k]`` and ``x [m, k]`` is the same count; dequantisation is not counted)."""
+    return 2.0 * m * n * k
+
+
+def moe_ffn_flops(tokens: int, top_k: int, hidden: int, ffn: int) -> float:
+    """FLOPs of a routed SwiGLU expert layer's matrix products: each of the ``tokens · top_k`` (token, expert)
+    pairs does gate and up (``hidden → ffn``) and down (``ffn → hidden``), 3 · 2·hidden·ffn. Routing, the
+    activation and the weighted combine are not counted. A dense SwiGLU FFN of width ``top_k · ffn`` does
+    the same FLOPs: ``moe_ffn_flops(tokens, 1, hidden, top_k * ffn)``."""
+    return 3 * gemm_flops(tokens * top_k, ffn, hidden)

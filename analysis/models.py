@@ -39,6 +39,13 @@ __all__ = [
     "ridge_point",
     "score_matrix_bytes",
     "attainable_fraction",
+    "dense_weight_bytes",
+    "int4_weight_bytes",
+    "int8_weight_bytes",
+    "int4pack_weight_bytes",
+    "unfused_dequant_bytes",
+    "moe_expert_weight_bytes",
+    "gather_moe_bytes",
 ]
 
 
@@ -204,3 +211,51 @@ def ridge_point(peak_tflops: float, bandwidth_tbps: float) -> float:
 def attainable_fraction(intensity: float, ridge: float) -> float:
     """Fraction of peak compute a kernel of this intensity can reach under the roofline: min(1, I / ridge)."""
     return min(1.0, intensity / ridge)
+
+
+# --- weight-only quantisation and mixture-of-experts layers --------------------------------------------
+# Bytes of the weights a linear layer ``x @ Wᵀ`` (``W [n, k]``: out_features × in_features) must read once.
+# At small M (decoding) these bytes bound the layer's time; the benchmarks' GB/s are these bytes per time.
+
+
+def dense_weight_bytes(n: int, k: int, elem_bytes: int = 2) -> float:
+    """A 16-bit (or ``elem_bytes``) weight: n·k elements."""
+    return float(n) * k * elem_bytes
+
+
+def int4_weight_bytes(n: int, k: int, group_size: int, scale_bytes: int, zero_bytes: int = 1) -> float:
+    """Group-wise int4: n·k/2 bytes of codes, plus per group of ``group_size`` inputs of a row one scale
+    (``scale_bytes``) and, if asymmetric, one zero point (``zero_bytes``; 0 for symmetric)."""
+    if k % group_size:
+        raise ValueError(f"k={k} is not a multiple of group_size={group_size}")
+    return float(n) * k / 2 + float(n) * (k // group_size) * (scale_bytes + zero_bytes)
+
+
+def int8_weight_bytes(n: int, k: int, scale_bytes: int) -> float:
+    """Int8 with one scale per output channel: n·k bytes plus n scales."""
+    return float(n) * k + float(n) * scale_bytes
+
+
+def int4pack_weight_bytes(n: int, k: int, group_size: int) -> float:
+    """PyTorch's ``_weight_int4pack_mm`` format: n·k/2 bytes of codes and a bf16 (scale, zero) pair per group."""
+    return int4_weight_bytes(n, k, group_size, scale_bytes=2, zero_bytes=2)
+
+
+def unfused_dequant_bytes(n: int, k: int, packed_bytes: float, elem_bytes: int = 2) -> float:
+    """Dequantise to memory, then a 16-bit matmul: the packed weight read, the 16-bit weight written and
+    read back (the traffic the fused kernel avoids)."""
+    return packed_bytes + 2 * dense_weight_bytes(n, k, elem_bytes)
+
+
+def moe_expert_weight_bytes(
+    experts_touched: int, hidden: int, ffn: int, elem_bytes: int = 2, matrices: int = 3
+) -> float:
+    """Weights of the experts that received at least one token, each read once: ``matrices`` (3 for a SwiGLU
+    expert: gate, up, down; 1 for one grouped GEMM) hidden×ffn matrices per expert."""
+    return float(experts_touched) * matrices * hidden * ffn * elem_bytes
+
+
+def gather_moe_bytes(tokens: int, top_k: int, hidden: int, ffn: int, elem_bytes: int = 2, matrices: int = 3) -> float:
+    """Per-token gathering of expert weights (``w[expert_ids]``): every (token, expert) pair copies its
+    expert's matrices, written once by the gather and read once by the batched product."""
+    return 2.0 * tokens * top_k * matrices * hidden * ffn * elem_bytes

@@ -84,6 +84,41 @@ def run_interpreter_check(spec: dict, out_csv: str | Path) -> pd.DataFrame:
     return tables.write_rows(rows, out_csv)
 
 
+def run_ops_shard(fields: dict, env_json: str | Path, out_csv: str | Path) -> pd.DataFrame:
+    """Measure one shard of the operator experiments (W4A16 or MoE) on this GPU and write its rows."""
+    from analysis import ops_tables
+    from analysis.experiments import moe, ops_grid, quant
+
+    env = check_gpu(json.loads(Path(env_json).read_text())["gpu"])
+    spec = ops_grid.spec_of(fields)
+    log.info("shard %s: %d points", Path(out_csv).stem, spec.points())
+    module = quant if fields["family"] == "quant" else moe
+    rows = module.run(spec, env, device="cuda", log_line=log.info)
+    return ops_tables.write_rows(rows, out_csv)
+
+
+def collect_ops(inputs, out_csv: str | Path) -> pd.DataFrame:
+    """Concatenate the ops shards of a GPU into one table."""
+    from analysis import ops_tables
+
+    df = ops_tables.read_rows(inputs)
+    ops_tables.write_frame(df, out_csv)
+    counts = df.groupby("status").size().to_dict() if len(df) else {}
+    log.info("collected %d ops rows from %d files into %s; statuses %s", len(df), len(list(inputs)), out_csv, counts)
+    return df
+
+
+def render_ops_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
+    """Draw the W4A16 and MoE figures of one GPU's ops table, with their manifest."""
+    from analysis import ops_figures, ops_tables
+
+    entries = ops_figures.render_all(ops_tables.read_rows([table_csv]), out_dir, table_source=str(table_csv))
+    for e in entries:
+        if e["reason"]:
+            log.info("figure %s skipped: %s", e["name"], e["reason"])
+    return entries
+
+
 def collect(inputs, out_csv: str | Path) -> pd.DataFrame:
     """Concatenate per-job result files into one table."""
     df = tables.read_rows(inputs)
@@ -114,13 +149,16 @@ def render_comparison(table_files: dict[str, str | Path], out_dir: str | Path) -
 
 
 def run_audit(
-    table_files: dict[str, str | Path], out_csv: str | Path, traffic_files: dict[str, str | Path] | None = None
+    table_files: dict[str, str | Path],
+    out_csv: str | Path,
+    traffic_files: dict[str, str | Path] | None = None,
+    ops_files: dict[str, str | Path] | None = None,
 ) -> pd.DataFrame:
     """Evaluate every claim of the registry against the models and each GPU's tables; write the verdicts."""
     from analysis import audit
 
     claims = audit.load_registry()
-    verdicts = audit.audit(claims, audit.Context.from_files(table_files, traffic_files))
+    verdicts = audit.audit(claims, audit.Context.from_files(table_files, traffic_files, ops_files))
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     verdicts.to_csv(out_csv, index=False)
     log.info("audited %d claims into %d verdict rows: %s", len(claims), len(verdicts), audit.summary(verdicts))
@@ -143,6 +181,8 @@ def render_report(
         manifest = json.loads((Path(g["figures_dir"]) / "manifest.json").read_text())
         if g.get("traffic_figures_dir"):  # the HBM traffic figures, after the attention ones
             manifest += json.loads((Path(g["traffic_figures_dir"]) / "manifest.json").read_text())
+        if g.get("ops_figures_dir"):  # the W4A16 and MoE figures, in their own sections
+            manifest += json.loads((Path(g["ops_figures_dir"]) / "manifest.json").read_text())
         sections.append(
             {
                 "slug": g["slug"],

@@ -4,14 +4,14 @@
 
 Copies, byte for byte, what the pipeline wrote for that GPU type: the collected table
 (``attention.csv``), the per-job tables, ``environment.json``, the job logs, the figures with their
-tables, and the Nsight Compute traffic table with its raw output and figures where that experiment
-ran; then writes ``MANIFEST.json`` (SHA-256 of every copied file, the commit and environment they came
-from, when and with what command they were made) so that a reader can check that nothing was edited
-after the run. It refuses to publish a table whose rows name another GPU type, or a mix of commits unless
-``--allow-mixed`` is given (a run resumed after a commit): then the manifest lists the rows per commit and
-every file under the measured code (kernels/, analysis/experiments/, the harness, the FLOP model, the
-benchmark script) that differs between those commits, from ``git diff``, so that a reader can judge
-whether the rows are comparable.
+tables, the Nsight Compute traffic table with its raw output and figures where that experiment ran, and
+the W4A16/MoE table (``ops.csv``) with its per-job tables and figures where those ran; then writes
+``MANIFEST.json`` (SHA-256 of every copied file, the commit and environment they came from, when and with
+what command they were made) so that a reader can check that nothing was edited after the run. It refuses
+to publish a table whose rows name another GPU type, or a mix of commits unless ``--allow-mixed`` is given
+(a run resumed after a commit): then the manifest lists the rows per commit and every file under the
+measured code (kernels/, analysis/experiments/, the harness, the FLOP model, the benchmark scripts) that
+differs between those commits, from ``git diff``, so that a reader can judge whether the rows are comparable.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _sha256(path: Path) -> str:
 
 # what a result row depends on: a difference here between two commits can change a measurement
 MEASURED_CODE = ["kernels", "analysis/experiments", "analysis/harness.py", "analysis/flops.py",
-                 "workflow/scripts/attention_benchmark.py"]  # fmt: skip
+                 "workflow/scripts/attention_benchmark.py", "workflow/scripts/ops_benchmark.py"]  # fmt: skip
 
 
 def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, list[str]]:
@@ -93,6 +93,14 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         for f in sorted((results / "report" / "traffic" / gpu).glob("*")):
             if f.suffix in (".png", ".csv", ".json"):
                 copies[f] = out / "figures" / "traffic" / f.name
+    # the W4A16 and MoE experiments, where they ran: their table, the per-job tables and their figures
+    if (src / "ops.csv").is_file():
+        copies[src / "ops.csv"] = out / "ops.csv"
+        for f in sorted((src / "ops").glob("*.csv")):
+            copies[f] = out / "jobs" / "ops" / f.name
+        for f in sorted((results / "report" / "ops" / gpu).glob("*")):
+            if f.suffix in (".png", ".csv", ".json"):
+                copies[f] = out / "figures" / "ops" / f.name
     for s, d in copies.items():
         d.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(s, d)

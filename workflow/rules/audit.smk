@@ -5,6 +5,7 @@ rule audit:
         specs="analysis/gpu_specs.yaml",
         tables=lambda w: [table_path(g) for g in report_gpus()],
         traffic=lambda w: [traffic_path(g) for g in traffic_gpus()],
+        ops=lambda w: [ops_path(g) for g in ops_gpus()],
     output:
         f"{RESULTS}/audit/verdicts.csv",
     log:
@@ -14,5 +15,6 @@ rule audit:
     params:
         tables=lambda w: {g: table_path(g) for g in report_gpus()},
         traffic=lambda w: {g: traffic_path(g) for g in traffic_gpus()},
+        ops=lambda w: {g: ops_path(g) for g in ops_gpus()},
     script:
         "../scripts/audit.py"

@@ -46,6 +46,7 @@ rule report:
             f"{RESULTS}/report/traffic/{g}" for g in traffic_gpus()
         ],
         comparison=lambda w: [comparison_dir()] if comparison_dir() else [],
+        ops_figures=lambda w: [f"{RESULTS}/report/ops/{g}" for g in ops_gpus()],
     output:
         config["report"],
     log:
@@ -62,6 +63,9 @@ rule report:
                 figures_dir=f"{RESULTS}/report/{g}",
                 traffic_figures_dir=(
                     f"{RESULTS}/report/traffic/{g}" if g in traffic_gpus() else None
+                ),
+                ops_figures_dir=(
+                    f"{RESULTS}/report/ops/{g}" if g in ops_gpus() else None
                 ),
             )
             for g in report_gpus()

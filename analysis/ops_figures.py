@@ -1,0 +1,263 @@
+"""Figures of the operator experiments (``analysis.ops_tables`` rows): W4A16 linear layers and MoE layers.
+
+- ``w4a16_speedup``: speed-up over bf16 ``F.linear`` (the line at 1) against M, one panel per layer shape:
+  the shape of the Marlin figure (large at decode sizes, where the layer streams its weights, towards or
+  below 1 where it is compute-bound);
+- ``w4a16_bandwidth``: GB/s on the weight bytes each implementation reads, against M, with the measured copy
+  bandwidth of the packed weight (dashed) as the ceiling;
+- ``moe_time_split``: our MoE layer's time split into routing, dispatch, grouped GEMMs and combine (stacked
+  bars per token count), one panel per (shape, routing);
+- ``moe_layer``: the whole layer's time against tokens for every implementation (ours, the per-expert loop,
+  per-token weight gathering, torch._grouped_mm, the dense FFN of equal FLOPs);
+- ``moe_grouped_gemm``: TFLOP/s of the grouped GEMM alone (ours, torch._grouped_mm, a loop of matmuls).
+
+Each function takes ``(df, out_png)``, draws rows with ``status == "ok"`` that were timed, and returns the
+table it drew; ``render_all`` (``analysis.figures``) stores it next to the PNG, and a figure with nothing to
+draw becomes a skip entry with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from analysis import figures
+from analysis.figures import DPI, NoDataError, _theme
+
+matplotlib.use("Agg")
+
+log = logging.getLogger(__name__)
+
+_TRUE = {"true", "1", "1.0", "yes"}
+_NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_median", "ms_p20", "ms_p80", "tflops",
+            "model_bytes", "gbps", "peak_mem_mib", "max_abs_err", "rel_err", "quant_err"]  # fmt: skip
+QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
+MOE_ORDER = ["ours-moe", "grouped-mm-moe", "loop-moe", "gather-moe", "dense-ffn"]
+GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
+STAGE_COLOURS = {"routing": "#8c564b", "dispatch": "#1f77b4", "gemm": "#d62728", "combine": "#2ca02c"}
+_COLOURS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, sns.color_palette("colorblind", 13), strict=True))
+_MARKERS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, "oDsv^" * 3, strict=False))
+
+
+def prepare(df: pd.DataFrame, family: str) -> pd.DataFrame:
+    """Ok, timed rows of one family with numbers normalised; refuses a table that mixes GPUs."""
+    gpus = df["gpu"].dropna().unique()
+    if len(gpus) > 1:
+        raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
+    d = df[df["family"] == family].copy()
+    for c in _NUMERIC:
+        d[c] = pd.to_numeric(d[c], errors="coerce")
+    d["timed"] = d["timed"].map(lambda v: str(v).strip().lower() in _TRUE).astype(bool)
+    return d[(d["status"] == "ok") & d["timed"]]
+
+
+def _title(d: pd.DataFrame, what: str) -> str:
+    names = d["gpu_name"].dropna().unique()
+    gpu = str(names[0]) if len(names) else str(next(iter(d["gpu"].dropna().unique()), "GPU"))
+    dtypes = ", ".join(sorted(map(str, d["dtype"].dropna().unique())))
+    return f"{gpu}: {what}" + (f" ({dtypes})" if dtypes else "")
+
+
+def _save(fig, out_png) -> None:
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _log2_axis(ax, values) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(v) for v in values if v == v})
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v)}" if v < 1024 else f"{int(v) // 1024}K"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _panels(n: int, width: float = 4.0, height: float = 3.2):
+    cols = min(n, 3)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _shape_label(r) -> str:
+    return f"{r['model']} ({int(r['k'])}→{int(r['n'])})"
+
+
+def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Speed-up over bf16 F.linear against M, per layer shape (see the module docstring)."""
+    d = prepare(df, "quant")
+    keys = ["model", "dtype", "group_size", "m"]
+    base = d[d["impl"] == "torch-linear"].set_index(keys)["ms_median"].rename("linear_ms")
+    d = d[d["impl"].isin(QUANT_ORDER) & (d["impl"] != "torch-linear")].join(base, on=keys).dropna(subset=["linear_ms"])
+    if d.empty:
+        raise NoDataError("no ok quant rows with a bf16 F.linear row at the same M")
+    d["speedup"] = d["linear_ms"] / d["ms_median"]
+    d["shape"] = [_shape_label(r) for r in d.to_dict("records")]
+    shapes = list(dict.fromkeys(d.sort_values(["n", "k"])["shape"]))
+    with _theme():
+        fig, axes = _panels(len(shapes))
+        for ax, shape in zip(axes, shapes, strict=True):
+            s = d[d["shape"] == shape]
+            for impl in [i for i in QUANT_ORDER if i in set(s["impl"])]:
+                line = s[s["impl"] == impl].sort_values("m")
+                ax.plot(line["m"], line["speedup"], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
+                        linewidth=2.4 if impl == "ours-w4a16" else 1.4)  # fmt: skip
+            ax.axhline(1.0, color="black", linestyle="--", linewidth=1.0, label="bf16 F.linear = 1")
+            _log2_axis(ax, s["m"])
+            ax.set_title(shape, fontsize=9)
+            ax.set_xlabel("M (rows of x)")
+            ax.set_ylabel("speed-up over F.linear")
+        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+        fig.suptitle(_title(d, "weight-only quantised linear layers against bf16 F.linear"), fontweight="bold")
+        fig.tight_layout()
+        _save(fig, out_png)
+    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "linear_ms",
+            "speedup", "gbps", "max_abs_err", "quant_err", "kernel_config"]  # fmt: skip
+    return d[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
+
+
+def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """GB/s on the weight bytes read against M, with the copy bandwidth of the packed weight."""
+    d = prepare(df, "quant").dropna(subset=["gbps"])
+    lines = d[d["impl"].isin(QUANT_ORDER) & (d["impl"] != "dequant-linear")]
+    if lines.empty:
+        raise NoDataError("no ok quant rows with a bandwidth")
+    copy = d[d["impl"] == "copy-weight"].set_index("model")["gbps"]
+    lines = lines.assign(copy_gbps=lines["model"].map(copy), shape=[_shape_label(r) for r in lines.to_dict("records")])
+    lines["fraction_of_copy"] = lines["gbps"] / lines["copy_gbps"]
+    shapes = list(dict.fromkeys(lines.sort_values(["n", "k"])["shape"]))
+    with _theme():
+        fig, axes = _panels(len(shapes))
+        for ax, shape in zip(axes, shapes, strict=True):
+            s = lines[lines["shape"] == shape]
+            for impl in [i for i in QUANT_ORDER if i in set(s["impl"])]:
+                line = s[s["impl"] == impl].sort_values("m")
+                ax.plot(line["m"], line["gbps"], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
+                        linewidth=2.4 if impl == "ours-w4a16" else 1.4)  # fmt: skip
+            ceiling = s["copy_gbps"].dropna()
+            if len(ceiling):
+                ax.axhline(float(ceiling.iloc[0]), color="black", linestyle="--", linewidth=1.0,
+                           label="copy of the packed weight")  # fmt: skip
+            _log2_axis(ax, s["m"])
+            ax.set_title(shape, fontsize=9)
+            ax.set_xlabel("M (rows of x)")
+            ax.set_ylabel("GB/s on the weight bytes")
+        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+        fig.suptitle(_title(lines, "bandwidth on the weight bytes read"), fontweight="bold")
+        fig.tight_layout()
+        _save(fig, out_png)
+    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "model_bytes",
+            "gbps", "copy_gbps", "fraction_of_copy"]  # fmt: skip
+    return lines[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
+
+
+def _moe_panel(r) -> str:
+    return f"{r['model']} (E={int(r['experts'])}, k={int(r['top_k'])}), {r['routing']}"
+
+
+def moe_time_split(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Our MoE layer's stages, stacked, per token count; one panel per (shape, routing)."""
+    d = prepare(df, "moe")
+    d = d[(d["impl"] == "ours-moe") & d["stage"].isin(list(STAGE_COLOURS))]
+    if d.empty:
+        raise NoDataError("no ok timed stage rows of our MoE layer")
+    d = d.assign(panel=[_moe_panel(r) for r in d.to_dict("records")])
+    d = d.assign(stage=d["stage"] + "_ms")  # "routing" is also a column: the stage columns get a suffix
+    wide = d.pivot_table(index=["panel", "model", "routing", "tokens"], columns="stage", values="ms_median")
+    ms_cols = [f"{s}_ms" for s in STAGE_COLOURS]
+    wide = wide.reindex(columns=ms_cols).fillna(0.0).reset_index()
+    wide.columns.name = None
+    total = wide[ms_cols].sum(axis=1)
+    for stage in STAGE_COLOURS:
+        wide[f"{stage}_share"] = wide[f"{stage}_ms"] / total
+    panels = list(dict.fromkeys(wide.sort_values(["model", "routing"])["panel"]))
+    with _theme():
+        fig, axes = _panels(len(panels), width=3.6)
+        for ax, panel in zip(axes, panels, strict=True):
+            s = wide[wide["panel"] == panel].sort_values("tokens").reset_index(drop=True)
+            x = np.arange(len(s))
+            bottom = np.zeros(len(s))
+            for stage, colour in STAGE_COLOURS.items():
+                share = 100 * s[f"{stage}_share"].to_numpy()
+                ax.bar(x, share, bottom=bottom, color=colour, label=stage, width=0.7)
+                bottom += share
+            ax.set_xticks(x)
+            ax.set_xticklabels([str(int(t)) for t in s["tokens"]])
+            ax.set_xlabel("tokens")
+            ax.set_ylabel("% of the layer's time")
+            ax.set_ylim(0, 100)
+            ax.set_title(panel, fontsize=9)
+        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+        fig.suptitle(_title(d, "where our MoE layer's time goes"), fontweight="bold")
+        fig.tight_layout()
+        _save(fig, out_png)
+    return wide.drop(columns=["panel"]).sort_values(["model", "routing", "tokens"]).reset_index(drop=True)
+
+
+def _lines_vs_tokens(d: pd.DataFrame, order: list[str], value: str, ylabel: str, what: str, out_png) -> pd.DataFrame:
+    d = d.assign(panel=[_moe_panel(r) for r in d.to_dict("records")])
+    panels = list(dict.fromkeys(d.sort_values(["model", "routing"])["panel"]))
+    with _theme():
+        fig, axes = _panels(len(panels), width=3.8)
+        for ax, panel in zip(axes, panels, strict=True):
+            s = d[d["panel"] == panel]
+            for impl in [i for i in order if i in set(s["impl"])]:
+                line = s[s["impl"] == impl].sort_values("tokens")
+                ax.plot(line["tokens"], line[value], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
+                        linewidth=2.4 if impl.startswith("ours") else 1.4)  # fmt: skip
+            _log2_axis(ax, s["tokens"])
+            ax.set_yscale("log")
+            ax.set_title(panel, fontsize=9)
+            ax.set_xlabel("tokens")
+            ax.set_ylabel(ylabel)
+        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+        fig.suptitle(_title(d, what), fontweight="bold")
+        fig.tight_layout()
+        _save(fig, out_png)
+    cols = ["gpu", "gpu_name", "dtype", "model", "experts", "top_k", "k", "n", "routing", "impl", "tokens",
+            "ms_median", "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err"]  # fmt: skip
+    return d[cols].sort_values(["model", "routing", "impl", "tokens"]).reset_index(drop=True)
+
+
+def moe_layer(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """The whole MoE layer's time against tokens, every implementation."""
+    d = prepare(df, "moe")
+    d = d[(d["op"] == "moe-layer") & (d["stage"] == "total") & d["impl"].isin(MOE_ORDER)]
+    if d.empty:
+        raise NoDataError("no ok timed rows of the whole MoE layer")
+    return _lines_vs_tokens(d, MOE_ORDER, "ms_median", "time per layer call (ms)", "MoE layer against its baselines",
+                            out_png)  # fmt: skip
+
+
+def moe_grouped_gemm(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """TFLOP/s of the grouped GEMM alone (the gate projection on the dispatched rows)."""
+    d = prepare(df, "moe")
+    d = d[(d["op"] == "grouped-gemm") & d["impl"].isin(GROUPED_ORDER)].dropna(subset=["tflops"])
+    if d.empty:
+        raise NoDataError("no ok timed grouped-GEMM rows")
+    return _lines_vs_tokens(d, GROUPED_ORDER, "tflops", "TFLOP/s", "grouped GEMM (gate projection)", out_png)
+
+
+# name -> (function, caption file in reports/captions/, section of the report)
+FIGURES = {
+    "w4a16_speedup": (w4a16_speedup, "w4a16_speedup.rst", "quant"),
+    "w4a16_bandwidth": (w4a16_bandwidth, "w4a16_bandwidth.rst", "quant"),
+    "moe_time_split": (moe_time_split, "moe_time_split.rst", "moe"),
+    "moe_layer": (moe_layer, "moe_layer.rst", "moe"),
+    "moe_grouped_gemm": (moe_grouped_gemm, "moe_grouped_gemm.rst", "moe"),
+}
+
+
+def render_all(df: pd.DataFrame, out_dir, table_source: str | None = None) -> list[dict]:
+    """Draw every ops figure into ``out_dir`` (PNG, the table behind it, ``manifest.json``)."""
+    return figures.render_all(df, out_dir, FIGURES, table_source)

@@ -1,0 +1,58 @@
+"""The result table of the operator experiments (W4A16 / W8A16 linear layers and MoE layers): ``ops.csv``.
+
+One row per attempted point, in long format, like the attention rows of ``analysis.tables`` (same outcome,
+telemetry and provenance columns, the same statuses), with the identity of a GEMM or MoE point instead of
+an attention shape. ``workflow/schemas/ops_result.schema.yaml`` describes every column for users.
+
+identity       experiment (w4a16 / moe), family (quant / moe), op (linear, grouped-gemm, moe-layer), impl,
+               dtype, model (the layer shape's name), m, n, k (GEMM dimensions: rows, out features, in
+               features; MoE: m = tokens·top_k rows, n = the expert FFN width, k = hidden), group_size,
+               experts, top_k, tokens, routing (uniform / zipf), stage (MoE time split: routing, dispatch,
+               gemm, combine; "total" for a whole call)
+outcome        status, message, timed
+metrics        ms_median, ms_p20, ms_p80, tflops, model_bytes (weight bytes the point reads, from
+               ``analysis.models``), gbps, peak_mem_mib, max_abs_err, rms_err, rel_err (max-abs error over
+               the reference's max-abs value), ref_err, err_bound, quant_err (quantised layer against the
+               unquantised weights: relative RMS error)
+telemetry, provenance: as ``analysis.tables``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.tables import PROVENANCE, STATUSES, TELEMETRY, frame, write_frame
+
+IDENTITY = ["experiment", "family", "op", "impl", "dtype", "model", "m", "n", "k", "group_size", "experts", "top_k",
+            "tokens", "routing", "stage"]  # fmt: skip
+OUTCOME = ["status", "message", "timed"]
+METRICS = ["ms_median", "ms_p20", "ms_p80", "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err",
+           "rms_err", "rel_err", "ref_err", "err_bound", "quant_err"]  # fmt: skip
+COLUMNS = IDENTITY + OUTCOME + METRICS + TELEMETRY + PROVENANCE
+STAGES = ("routing", "dispatch", "gemm", "combine", "total")
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "ops_result.schema.yaml"
+
+
+def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
+    """Ops rows to a frame with exactly ``COLUMNS``; unknown columns or statuses are an error."""
+    return frame(rows, COLUMNS, STATUSES, "ops result")
+
+
+def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
+    return write_frame(to_frame(rows), path)
+
+
+def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Concatenate ops CSVs (one per job) into one table with ``COLUMNS``."""
+    frames = [pd.read_csv(p, keep_default_na=True) for p in paths]
+    frames = [f for f in frames if len(f.columns)]
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    df = pd.concat(frames, ignore_index=True)
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"ops result files lack columns {missing}")
+    return df[COLUMNS]

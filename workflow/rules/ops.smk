@@ -1,0 +1,72 @@
+# Operator experiments: W4A16 / W8A16 linear layers and MoE layers (analysis/experiments/quant.py, moe.py),
+# one GPU job per shard of the config's quant: and moe: sections (analysis/experiments/ops_grid.py).
+# Without a GPU nothing is measured: the report and the audit use shipped results where there are some.
+from analysis.experiments import ops_grid
+
+OPS_SHARDS = ops_grid.ops_shards(config)
+
+
+def ops_path(gpu):
+    """The ops table of a GPU type in the report: measured now (if the grid has shards), else shipped, else None."""
+    if gpu in measured_gpus():
+        return f"{RESULTS}/{gpu}/ops.csv" if OPS_SHARDS else None
+    shipped = Path(REFERENCE) / gpu / "ops.csv"
+    return str(shipped) if shipped.is_file() else None
+
+
+def ops_gpus():
+    """GPU types of the report that have an ops table."""
+    return [g for g in report_gpus() if ops_path(g)]
+
+
+# ---- ops_benchmark: one shard of the W4A16 or MoE grid, timed on the GPU ----------------------------------
+rule ops_benchmark:
+    input:
+        env=f"{RESULTS}/{{gpu}}/environment.json",
+    output:
+        f"{RESULTS}/{{gpu}}/ops/{{opshard}}.csv",
+    log:
+        f"{RESULTS}/logs/{{gpu}}/ops/{{opshard}}.log",
+    wildcard_constraints:
+        opshard=_alternatives(OPS_SHARDS),
+    conda:
+        "../../envs/kernels.yaml"
+    resources:
+        gpu=1,
+        slurm_partition=gpu_slurm_partition,
+        slurm_extra=gpu_slurm_extra,
+        constraint=gpu_constraint,
+    params:
+        spec=lambda w: OPS_SHARDS[w.opshard],
+    script:
+        "../scripts/ops_benchmark.py"
+
+
+# ---- ops_collect: one table of every W4A16 and MoE row measured on a GPU ----------------------------------
+rule ops_collect:
+    input:
+        lambda w: expand(
+            f"{RESULTS}/{w.gpu}/ops/{{opshard}}.csv", opshard=sorted(OPS_SHARDS)
+        ),
+    output:
+        f"{RESULTS}/{{gpu}}/ops.csv",
+    log:
+        f"{RESULTS}/logs/{{gpu}}/ops_collect.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/ops_collect.py"
+
+
+# ---- ops_figures: W4A16 speed-up and bandwidth against M, MoE time split and baselines, for one GPU type ---
+rule ops_figures:
+    input:
+        table=lambda w: ops_path(w.gpu),
+    output:
+        directory(f"{RESULTS}/report/ops/{{gpu}}"),
+    log:
+        f"{RESULTS}/logs/report/{{gpu}}_ops_figures.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/ops_figures.py"
