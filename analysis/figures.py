@@ -529,6 +529,8 @@ SECTIONS = {
     "memory": "Memory against sequence length",
     "decode": "Decoding",
     "varlen": "Variable-length batches",
+    "fp8-speed": "FP8 attention: speed",
+    "fp8-accuracy": "FP8 attention: accuracy",
     "traffic": "HBM traffic",
     "quant": "W4A16 / W8A16 linear layers",
     "moe": "Mixture-of-experts layers",
@@ -649,5 +651,7 @@ FIGURES.update(
         "rescale_ablation": (_deferred("rescale_ablation"), "rescale_ablation.rst", "rescale-ablation"),
         "decode_latency": (_deferred("decode_latency"), "decode_latency.rst", "decode"),
         "varlen_padding": (_deferred("varlen_padding"), "varlen_padding.rst", "varlen"),
+        "fp8_speed": (_deferred("fp8_speed"), "fp8_speed.rst", "fp8-speed"),
+        "fp8_accuracy": (_deferred("fp8_accuracy"), "fp8_accuracy.rst", "fp8-accuracy"),
     }
 )

@@ -7,7 +7,8 @@ point is visible in the tables and figures instead of silently missing.
 Columns (see ``COLUMNS``; ``workflow/schemas/result.schema.yaml`` describes each one for users):
 
 identity       experiment, family, op, impl, dtype, mode (fwd / bwd / fwd+bwd), batch, heads, heads_kv,
-               seqlen_q, seqlen_k, head_dim, causal, tokens (total tokens of a variable-length batch)
+               seqlen_q, seqlen_k, head_dim, causal, tokens (total tokens of a variable-length batch),
+               inputs (the input distribution: normal, or fp8-accuracy's outliers / large)
 outcome        status (ok / oom / unsupported / error / mismatch), message, timed (False for
                correctness-only rows, e.g. the interpreter on a CPU)
 metrics        ms_median, ms_p20, ms_p80, tflops (from ``analysis.flops``, for the row's mode),
@@ -16,7 +17,8 @@ metrics        ms_median, ms_p20, ms_p80, tflops (from ``analysis.flops``, for t
                peak_mem_mib (peak allocated during one timed call minus what was allocated before it),
                max_abs_err, rms_err (against the float64 reference; for gradient modes the worst of the
                output and dq, dk, dv relative to its bound), ref_err (max-abs error of plain PyTorch at
-               the same precision), err_bound (the tolerance the policy allowed)
+               the same precision), err_bound (the tolerance the policy allowed), p_underflow and
+               p_mass_lost (FP8 rows of fp8-accuracy: share of P's entries, and of its mass, flushed to 0)
 telemetry      sm_clock_mhz, mem_clock_mhz, temp_c, power_w (NVML samples taken while the point was timed)
 provenance     gpu_name, gpu, driver, cuda, torch, triton, python, git_sha, timestamp, kernel_config
 
@@ -47,6 +49,7 @@ IDENTITY = [
     "head_dim",
     "causal",
     "tokens",
+    "inputs",
 ]
 OUTCOME = ["status", "message", "timed"]
 METRICS = [
@@ -62,6 +65,8 @@ METRICS = [
     "rms_err",
     "ref_err",
     "err_bound",
+    "p_underflow",
+    "p_mass_lost",
 ]
 TELEMETRY = ["sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w"]
 PROVENANCE = [
@@ -78,7 +83,9 @@ PROVENANCE = [
 ]
 COLUMNS = IDENTITY + OUTCOME + METRICS + TELEMETRY + PROVENANCE
 # Added after results were shipped: filled with NaN when an older table lacks them.
-OPTIONAL = ["tokens", "model_bytes", "gbps", "pad_waste"]
+OPTIONAL = ["tokens", "model_bytes", "gbps", "pad_waste", "inputs", "p_underflow", "p_mass_lost"]
+# What an OPTIONAL column means in a table written before it existed (else NaN).
+OPTIONAL_DEFAULTS = {"inputs": "normal"}
 
 STATUSES = ("ok", "oom", "unsupported", "error", "mismatch")
 
@@ -122,7 +129,8 @@ def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     # an older table lacks the OPTIONAL columns: add them as NaN (per file, so each file is checked alone)
-    frames = [f.assign(**{c: float("nan") for c in OPTIONAL if c not in f.columns}) for f in frames]
+    frames = [f.assign(**{c: OPTIONAL_DEFAULTS.get(c, float("nan")) for c in OPTIONAL if c not in f.columns})
+              for f in frames]  # fmt: skip
     df = pd.concat(frames, ignore_index=True)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:

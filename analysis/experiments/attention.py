@@ -221,6 +221,10 @@ def run(spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[str], N
         from analysis.experiments import varlen
 
         return varlen.run(spec, env, device, log_line)
+    if spec.experiment in ("fp8-speed", "fp8-accuracy"):
+        from analysis.experiments import fp8
+
+        return fp8.run(spec, env, device, log_line)
     timed = spec.experiment != "interpreter-check"
     dtype = DTYPES[spec.dtype]
     prov = row_provenance(env)
@@ -306,6 +310,7 @@ def base_row(spec: Spec, prov: dict, timed: bool, **shape) -> dict:
         **shape,
         "head_dim": spec.head_dim,
         "causal": bool(spec.causal),
+        "inputs": spec.inputs,
         "timed": timed,
         **prov,
     }
@@ -316,8 +321,8 @@ def short(message: str) -> str:
 
 
 _METRICS = ("ms_median", "ms_p20", "ms_p80", "tflops", "model_bytes", "gbps", "pad_waste", "peak_mem_mib",
-            "max_abs_err", "rms_err", "ref_err", "err_bound", "sm_clock_mhz", "mem_clock_mhz", "temp_c",
-            "power_w")  # fmt: skip
+            "max_abs_err", "rms_err", "ref_err", "err_bound", "p_underflow", "p_mass_lost", "sm_clock_mhz",
+            "mem_clock_mhz", "temp_c", "power_w")  # fmt: skip
 
 
 def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dict:

@@ -29,7 +29,14 @@ TUNED = ("ours-fa2", "ours-fa2-eager", "ours-varlen", "ours-fa2-padded")  # auto
 TUNE_S, OURS_S, OTHER_S = 1.3, 0.3, 0.05  # fixed seconds per point: compile+tune, compile (cached), setup
 CALLS, TUNE_CALLS = 9, 50  # untimed calls of a point (gate, peak memory, do_bench's estimate), tuner's
 # Nominal TFLOP/s on an H200 for the long-call term (fwd; gradient modes use their own FLOPs).
-NOMINAL_TFLOPS = {"ours-fa1": 60, "naive": 120, "sdpa-math": 25, "sdpa-efficient": 170, "copy-kv": 1e9}
+NOMINAL_TFLOPS = {
+    "ours-fa1": 60,
+    "naive": 120,
+    "sdpa-math": 25,
+    "sdpa-efficient": 170,
+    "copy-kv": 1e9,
+    **{f"ours-fp8-{g}": 600 for g in ("none", "tensor", "head", "block")},
+}
 # Compiling a kernel specialisation (dtype, head dim, mask, even/uneven tails) the first time, with an empty
 # Triton cache: the tuned forward compiles its seven candidates (the shipped run's first points took 5-14 s
 # where the cache was cold), a fixed-configuration kernel one or two. Paid once per specialisation per run.
@@ -121,6 +128,21 @@ def attention_shards(att: dict) -> dict[str, dict]:
                     experiment="decode", dtype=dec["dtype"], head_dim=dec["head_dim"], causal=dec["causal"],
                     seqlens=[nq] * len(dec["seqlens_k"]), seqlen_k=dec["seqlens_k"], impls=dec["impls"],
                     batch=dec["batch"], heads=dec["heads"], heads_kv=hk, **_timing(att, dec))  # fmt: skip
+    f8 = att["fp8_speed"]
+    if f8["enabled"]:
+        for d in f8["head_dims"]:
+            for causal in f8["causal"]:
+                add(shard_name("fp8-speed", f8["dtype"], d, causal), experiment="fp8-speed", dtype=f8["dtype"],
+                    head_dim=d, causal=causal, seqlens=f8["seqlens"], impls=f8["impls"], tokens=f8["tokens"],
+                    hidden=f8["hidden"], **_timing(att, f8))  # fmt: skip
+    acc = att["fp8_accuracy"]
+    if acc["enabled"]:
+        for inputs in acc["inputs"]:
+            for dtype in acc["dtypes"]:
+                add(shard_name("fp8-accuracy", dtype, acc["head_dim"], acc["causal"], extra=f"_{inputs}"),
+                    experiment="fp8-accuracy", dtype=dtype, head_dim=acc["head_dim"], causal=acc["causal"],
+                    seqlens=acc["seqlens"], impls=acc["impls"], batch=acc["batch"], heads=acc["heads"],
+                    inputs=inputs, warmup_ms=0, rep_ms=1, check_rows=acc["check_rows"])  # fmt: skip
     var = att["varlen"]
     if var["enabled"]:
         for mode in var["modes"]:
@@ -133,7 +155,7 @@ def attention_shards(att: dict) -> dict[str, dict]:
 
 def _point_seconds(spec: Spec, impl: str, pinned: bool, flops: float, scores: int = 0) -> float:
     """``scores``: elements of the point's N×N score tensors (B·H·Nq·Nk)."""
-    timing = (spec.warmup_ms + spec.rep_ms) / 1e3
+    timing = (spec.warmup_ms + spec.rep_ms) / 1e3 if spec.experiment != "fp8-accuracy" else 0.0
     tensors = MATERIALISED.get(impl, 0) * (1 if spec.mode == "fwd" else 2)
     if tensors * scores * 2 > 0.8 * GPU_BYTES:
         return OTHER_S

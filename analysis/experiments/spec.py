@@ -12,7 +12,14 @@ import re
 DENSE_IMPLS = ("ours-fa2", "ours-fa1", "naive", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn")
 DECODE_IMPLS = ("ours-decode", "ours-decode-unsplit", "copy-kv")
 VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
-IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_IMPLS + VARLEN_IMPLS
+# FP8 attention (kernels/attention/fp8.py): ours-fp8-<granularity>[-rot][-p1]: the scales' granularity
+# ("none": cast without scaling), -rot: incoherent processing (Q and K rotated before quantising), -p1: P
+# cast to e4m3 without its scale of 256. fp8-mm / bf16-mm: this run's GEMM ceilings (torch._scaled_mm in
+# e4m3, torch.matmul in bf16, 8192³), measured once per fp8-speed shard.
+FP8_GRANULARITIES = ("none", "tensor", "head", "block")
+FP8_IMPLS = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
+CEILING_IMPLS = ("fp8-mm", "bf16-mm")
+IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_IMPLS + VARLEN_IMPLS + FP8_IMPLS + CEILING_IMPLS
 # Which implementations each experiment can run, and in which modes.
 EXPERIMENT_IMPLS = {
     "fa2-setting": DENSE_IMPLS,
@@ -23,11 +30,16 @@ EXPERIMENT_IMPLS = {
     "memory": DENSE_IMPLS,
     "decode": DECODE_IMPLS + DENSE_IMPLS,
     "varlen": VARLEN_IMPLS,
+    "fp8-speed": FP8_IMPLS + DENSE_IMPLS + CEILING_IMPLS,
+    "fp8-accuracy": FP8_IMPLS + DENSE_IMPLS,
     "interpreter-check": DENSE_IMPLS,
 }
+# The input distributions of fp8-accuracy: N(0,1); FlashAttention-3's outlier setting, N(0,1) plus N(0,100)
+# on a 0.1% Bernoulli mask; N(0,1) times 100 (past e4m3's ±448 once multiplied, without scales).
+INPUTS = ("normal", "outliers", "large")
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
 MODES = ("fwd", "bwd", "fwd+bwd")
-FORWARD_ONLY = ("block-sweep", "rescale-ablation", "decode", "interpreter-check")
+FORWARD_ONLY = ("block-sweep", "rescale-ablation", "decode", "interpreter-check", "fp8-speed", "fp8-accuracy")
 DTYPE_NAMES = ("float16", "bfloat16", "float32")
 # The harness's defaults (analysis.harness.DEFAULT_WARMUP_MS / DEFAULT_REP_MS; a test keeps them equal).
 DEFAULT_WARMUP_MS = 25
@@ -55,6 +67,7 @@ class Spec:
     seqlen_k: list[int] | None = None  # key lengths, one per entry of seqlens (default: = seqlens)
     configs: list[str] | None = None  # block-sweep: the FA2Config strings our kernel is pinned to
     check_rows: int = 128
+    inputs: str = "normal"  # the input distribution (fp8-accuracy; INPUTS)
     warmup_ms: float = DEFAULT_WARMUP_MS
     rep_ms: float = DEFAULT_REP_MS
     seed: int = 0
@@ -89,6 +102,10 @@ class Spec:
                     raise ValueError(f"cannot parse FA-2 config {text!r}: expected the form {CONFIG_PATTERN.pattern}")
         elif self.configs:
             raise ValueError(f"configs apply to block-sweep only, not to {self.experiment!r}")
+        if self.inputs not in INPUTS:
+            raise ValueError(f"unknown inputs {self.inputs!r}; known: {INPUTS}")
+        if self.inputs != "normal" and self.experiment != "fp8-accuracy":
+            raise ValueError(f"inputs {self.inputs!r} apply to fp8-accuracy only, not to {self.experiment!r}")
         if self.experiment == "varlen" and (not self.seqlens or min(self.seqlens) < 1):
             raise ValueError("varlen needs at least one sequence, each of length >= 1")
 
@@ -96,7 +113,7 @@ class Spec:
         """(batch, heads, seqlen_q, seqlen_k) of the index-th point."""
         n = self.seqlens[index]
         nk = self.seqlen_k[index] if self.seqlen_k else n
-        if self.experiment in ("fa2-setting", "rescale-ablation"):
+        if self.experiment in ("fa2-setting", "rescale-ablation", "fp8-speed"):
             if self.hidden % self.head_dim:
                 raise ValueError(f"hidden {self.hidden} is not a multiple of head_dim {self.head_dim}")
             return max(1, self.tokens // n), self.hidden // self.head_dim, n, nk

@@ -87,6 +87,51 @@ def reference_attention(
     return _materialise(q, k, v, causal, sm_scale, rows, torch.float64)
 
 
+def _scores_rows(q, k, causal, sm_scale, rows):
+    """Float64 scores ``[B·H, len(rows), Nk]`` of the query ``rows`` (masked entries -inf)."""
+    b, h, seqlen_q, d = q.shape
+    rows_t = torch.as_tensor(rows, device=q.device, dtype=torch.long)
+    if k.shape[1] != h:
+        k = k.repeat_interleave(h // k.shape[1], dim=1)
+    qf = q.index_select(2, rows_t).to(torch.float64).reshape(b * h, -1, d)
+    s = qf @ k.to(torch.float64).reshape(b * h, k.shape[2], d).transpose(1, 2) * softmax_scale(d, sm_scale)
+    if causal:
+        s.masked_fill_(causal_mask(rows_t, seqlen_q, k.shape[2])[None], float("-inf"))
+    return s
+
+
+def p_rounded_attention_rows(q, k, v, rows, causal: bool = False, sm_scale: float | None = None, p_scale=256.0):
+    """Float64 attention of ``rows`` with P = exp(S − rowmax) rounded as an FP8 kernel rounds it before P·V
+    (P · p_scale cast to e4m3, divided back) and the row sum taken from the unrounded P: the
+    same-precision computation the tolerance policy bounds an FP8 attention kernel by (the kernel's
+    running maximum moves the rounding points a little; the error is of the same size)."""
+    s = _scores_rows(q, k, causal, sm_scale, rows)
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    ell = p.sum(dim=-1, keepdim=True)
+    p8 = (p * p_scale).to(torch.float8_e4m3fn).to(torch.float64) / p_scale
+    b, h = q.shape[:2]
+    vf = v.repeat_interleave(h // v.shape[1], dim=1) if v.shape[1] != h else v
+    o = p8 @ vf.to(torch.float64).reshape(b * h, v.shape[2], v.shape[3])
+    o = torch.where(ell > 0, o / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(o))
+    return o.reshape(b, h, -1, v.shape[3])
+
+
+def p_underflow_rows(q, k, rows, causal: bool = False, sm_scale: float | None = None, p_scale=256.0):
+    """``(fraction, mass)`` of the visible entries of P = exp(S − rowmax) on the query ``rows`` that e4m3
+    flushes to zero once multiplied by ``p_scale`` (below 2⁻¹⁰, half the smallest subnormal): their
+    share of the entries and their share of the row sums, in float64."""
+    s = _scores_rows(q, k, causal, sm_scale, rows)
+    visible = torch.isfinite(s)
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    flushed = visible & (p * p_scale < 2.0**-10)
+    count = visible.sum().item()
+    if count == 0:
+        return 0.0, 0.0
+    return flushed.sum().item() / count, (p * flushed).sum().item() / p.sum().item()
+
+
 def attention_grads(q, k, v, do, causal: bool = False, sm_scale: float | None = None, dtype=torch.float64):
     """``(out, dq, dk, dv)`` of three-step attention computed in ``dtype`` by autograd, for upstream
     gradient ``do``: float64 gives the reference gradients, the input dtype plain PyTorch's."""

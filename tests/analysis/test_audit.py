@@ -378,7 +378,7 @@ def test_untimed_rows_are_not_measurements(registry):
     assert row["verdict"] == "untestable"
 
 
-@pytest.mark.parametrize("cid", ["tma-registers", "w4-bandwidth", "fp8-scales"])
+@pytest.mark.parametrize("cid", ["tma-registers", "wgmma-issue"])
 def test_not_built_claim_is_untestable_with_its_needs(registry, cid):
     df = _audit_one(registry, cid, _ctx([_row("ours-fa2")]))
     assert len(df) == 1
@@ -903,3 +903,75 @@ def test_recompute_measured_share_needs_both_passes(registry):
     row = _measured_row(_audit_one(registry, "recompute-flops-a", _ctx([_row("ours-fa2")])))
     assert row["verdict"] == "untestable"
     assert "both forward and backward" in row["note"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# FP8 attention claims
+# ---------------------------------------------------------------------------------------------------
+
+
+def _fp8_speed_rows(fp8_mm=1440.0, bf16_mm=790.0, ours_ms=0.65, fa2_ms=1.0):
+    common = dict(experiment="fp8-speed", dtype="bfloat16", seqlen_q=4096, seqlen_k=4096, causal=False)
+    return [_row("fp8-mm", tflops=fp8_mm, **common), _row("bf16-mm", tflops=bf16_mm, **common),
+            _row("ours-fp8-block", ms_median=ours_ms, tflops=700.0, **common),
+            _row("ours-fa2", ms_median=fa2_ms, tflops=470.0, **common)]  # fmt: skip
+
+
+@pytest.mark.parametrize("fp8_mm, expected", [(1580.0, "holds"), (1440.0, "partly"), (700.0, "fails")])
+def test_fp8_2pf_measured_gemm_ratio(registry, fp8_mm, expected):
+    df = _audit_one(registry, "fp8-2pf", _ctx(_fp8_speed_rows(fp8_mm=fp8_mm)))
+    assert df[df["gpu"] == audit.ANALYTIC].iloc[0]["verdict"] == "holds"  # the datasheet's 1979 ≈ 2000
+    row = _measured_row(df)
+    assert row["verdict"] == expected
+    assert f"{fp8_mm / 790:.2f}×" in row["observed"]
+    assert "1.54×" in row["note"]  # attention: 1.0 / 0.65
+
+
+def _acc_row(impl, rms, inputs="normal", under=math.nan, mass=math.nan, n=8192):
+    return _row(impl, experiment="fp8-accuracy", timed=False, ms_median=math.nan, tflops=math.nan, rms_err=rms,
+                inputs=inputs, p_underflow=under, p_mass_lost=mass, seqlen_q=n, seqlen_k=n)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "p1_rms, p1_under, expected",
+    [(2.0e-2, 0.3, "holds"), (1.01e-2, 0.3, "partly"), (1.0e-2, 0.0, "fails")],
+    ids=["costs-accuracy", "underflow-harmless", "no-underflow"],
+)
+def test_fp8_accuracy_measured(registry, p1_rms, p1_under, expected):
+    rows = [
+        _acc_row("ours-fa2", 1e-4),
+        _acc_row("ours-fp8-block", 1.0e-2, under=0.0, mass=0.0),
+        _acc_row("ours-fp8-block-p1", p1_rms, under=p1_under, mass=1e-4),
+        _acc_row("ours-fp8-block-p1", 5e-1, under=0.0, mass=0.0, n=1024),
+    ]  # fmt: skip  (smaller N: ignored)
+    df = _audit_one(registry, "fp8-accuracy", _ctx(rows))
+    assert df[df["gpu"] == audit.ANALYTIC].iloc[0]["verdict"] == "holds"  # 2⁻⁹
+    assert _measured_row(df)["verdict"] == expected
+
+
+def test_fp8_accuracy_without_rows_keeps_the_analytic_verdict_and_marks_gpu_untestable(registry):
+    df = _audit_one(registry, "fp8-accuracy", _ctx([_row("ours-fa2")]))
+    assert _measured_row(df)["verdict"] == "untestable"
+
+
+@pytest.mark.parametrize(
+    "normal, large, expected",
+    [((3e-2, 1e-2), (5e-1, 1e-2), "holds"), ((1e-2, 1e-2), (5e-1, 1e-2), "partly"),
+     ((1e-2, 1e-2), (1e-2, 1e-2), "fails")],
+    ids=["always", "only-large", "never"],
+)  # fmt: skip
+def test_fp8_scales(registry, normal, large, expected):
+    rows = [
+        _acc_row("ours-fp8-none", normal[0]),
+        _acc_row("ours-fp8-tensor", normal[1]),
+        _acc_row("ours-fp8-none", large[0], inputs="large"),
+        _acc_row("ours-fp8-tensor", large[1], inputs="large"),
+    ]
+    row = _measured_row(_audit_one(registry, "fp8-scales", _ctx(rows)))  # fmt: skip
+    assert row["verdict"] == expected
+    assert "large" in row["observed"]
+
+
+def test_fp8_scales_untestable_without_large_inputs(registry):
+    rows = [_acc_row("ours-fp8-none", 1e-2), _acc_row("ours-fp8-tensor", 1e-2)]
+    assert _measured_row(_audit_one(registry, "fp8-scales", _ctx(rows)))["verdict"] == "untestable"

@@ -541,14 +541,16 @@ def test_run_rows_survive_a_round_trip(env, device, tmp_path):
 
 
 def test_read_rows_of_an_older_table_without_the_optional_columns(tmp_path):
-    """Tables written before tokens/model_bytes/gbps/pad_waste existed still load, with those as NaN."""
+    """Tables written before the OPTIONAL columns existed still load, with those as NaN (inputs: normal)."""
     old = tmp_path / "old.csv"
     tables.to_frame([_row()]).drop(columns=tables.OPTIONAL).to_csv(old, index=False)
     new = tmp_path / "new.csv"
     tables.write_rows([_row(experiment="decode", model_bytes=4096.0, gbps=2.0)], new)
     back = tables.read_rows([old, new])
     assert list(back.columns) == tables.COLUMNS
-    assert back[tables.OPTIONAL].iloc[0].isna().all()
+    numeric = [c for c in tables.OPTIONAL if c not in tables.OPTIONAL_DEFAULTS]
+    assert back[numeric].iloc[0].isna().all()
+    assert back.loc[0, "inputs"] == "normal"
     assert (back.loc[1, "model_bytes"], back.loc[1, "gbps"]) == (4096.0, 2.0)
 
 
