@@ -509,7 +509,7 @@ def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
         d[c] = pd.to_numeric(d[c], errors="coerce")
     ok = d[d["status"] == "ok"].dropna(subset=["rms_err"])
     _require(ok, "no ok rows of 'fp8-accuracy'")
-    inputs = [i for i in ("normal", "outliers", "large") if i in set(ok["inputs"])]
+    inputs = [i for i in ("normal", "outliers", "large", "small") if i in set(ok["inputs"])]
     largest = ok["seqlen_q"].max()
     at_n = ok[ok["seqlen_q"] == largest]
     order = [i for i in FP8_ACCURACY_ORDER if i in set(at_n["impl"])] + sorted(

@@ -12,14 +12,15 @@ Two experiments of the attention grid (``analysis.experiments.spec``), dispatche
   bounded by a float64 replica of P's e4m3 rounding on the same rows
   (``reference.p_rounded_attention_rows``); the others by the attention grid's usual gate.
 - ``fp8-accuracy``: nothing timed; for each input distribution (``inputs``: ``normal``, N(0, 1);
-  ``outliers``, FlashAttention-3's setting, N(0, 1) plus N(0, 100) on a 0.1 % Bernoulli mask, for Q, K and
-  V; ``large``, N(0, 1) × 100), the error of every implementation against float64 attention of the very
-  same (un-quantised) inputs on ``check_rows`` sampled query rows of every head: ``rms_err`` and
-  ``max_abs_err``, no gate (the error is the measurement). Our FP8 rows also get ``p_underflow``, the
-  fraction of the visible entries of P = exp(S − rowmax) that e4m3 flushes to zero after P's scale (below
-  half the smallest subnormal, 2⁻¹⁰), and ``p_mass_lost``, their share of the row sums; computed in float64
-  on the sampled rows with the final row maximum, an upper bound on the kernel's (whose running maximum is
-  never above the final one, so its P entries are never smaller).
+  ``outliers``, FlashAttention-3's setting, N(0, 1) plus N(0, 100) on a 0.1 % Bernoulli mask, for Q, K
+  and V; ``large``, V × 1000, past e4m3's ±448; ``small``, Q, K, V × 1/1000, below its smallest normal),
+  the error of every implementation against float64 attention of the very same (un-quantised) inputs on
+  ``check_rows`` sampled query rows of every head: ``rms_err`` and ``max_abs_err``, no gate (the error
+  is the measurement). Our FP8 rows also get ``p_underflow``, the fraction of the visible entries of
+  P = exp(S − rowmax) that e4m3 flushes to zero after P's scale (below half the smallest subnormal,
+  2⁻¹⁰), and ``p_mass_lost``, their share of the row sums; computed in float64 on the sampled rows with
+  the final row maximum, an upper bound on the kernel's (whose running maximum is never above the final
+  one, so its P entries are never smaller).
 
 Implementation names ``ours-fp8-<granularity>[-rot][-p1]``: the scales' granularity (``none``: cast
 without scaling, saturating), ``-rot`` incoherent processing (Q and K times one random Hadamard-based
@@ -43,7 +44,8 @@ from kernels.attention import reference
 CEILING_N = 8192  # the ceiling GEMMs are CEILING_N³
 OUTLIER_RATE = 1e-3  # FlashAttention-3's outlier features: a 0.1 % Bernoulli mask ...
 OUTLIER_STD = 10.0  # ... of N(0, 100)
-LARGE_STD = 100.0
+LARGE_V = 1000.0  # large: V × 1000, past e4m3's ±448 (Q and K stay N(0, 1): a well-conditioned softmax)
+SMALL = 1e-3  # small: Q, K, V × 1/1000, mostly below e4m3's smallest normal 2⁻⁶ (the softmax is near uniform)
 
 
 def parse_impl(name: str) -> tuple[str, bool, float]:
@@ -69,9 +71,11 @@ def make_inputs(kind: str, shapes, dtype: torch.dtype, device, gen: torch.Genera
         if kind == "outliers":
             mask = torch.rand(shape, generator=gen, device=device) < OUTLIER_RATE
             x = x + mask * torch.randn(shape, generator=gen, dtype=torch.float32, device=device) * OUTLIER_STD
-        elif kind == "large":
-            x = x * LARGE_STD
-        elif kind != "normal":
+        elif kind == "large" and len(out) == 2:  # V only
+            x = x * LARGE_V
+        elif kind == "small":
+            x = x * SMALL
+        elif kind not in ("normal", "large"):
             raise ValueError(f"unknown inputs {kind!r}")
         out.append(x.to(dtype))
     return out

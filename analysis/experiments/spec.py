@@ -35,8 +35,9 @@ EXPERIMENT_IMPLS = {
     "interpreter-check": DENSE_IMPLS,
 }
 # The input distributions of fp8-accuracy: N(0,1); FlashAttention-3's outlier setting, N(0,1) plus N(0,100)
-# on a 0.1% Bernoulli mask; N(0,1) times 100 (past e4m3's ±448 once multiplied, without scales).
-INPUTS = ("normal", "outliers", "large")
+# on a 0.1% Bernoulli mask; large, V times 1000 (past e4m3's ±448 without scales); small, Q, K, V times
+# 1/1000 (below e4m3's smallest normal, 2⁻⁶, without scales).
+INPUTS = ("normal", "outliers", "large", "small")
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
 MODES = ("fwd", "bwd", "fwd+bwd")
 FORWARD_ONLY = ("block-sweep", "rescale-ablation", "decode", "interpreter-check", "fp8-speed", "fp8-accuracy")

@@ -1,0 +1,89 @@
+"""The FP8 attention experiments (analysis/experiments/fp8.py) on tiny shapes in Triton's interpreter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from analysis import tables
+from analysis.experiments import attention, fp8
+from analysis.experiments.spec import Spec
+from analysis.provenance import environment
+
+ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-rot",
+             "ours-fp8-block-p1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def env():
+    return environment()
+
+
+def test_parse_impl():
+    assert fp8.parse_impl("ours-fp8-block") == ("block", False, 256.0)
+    assert fp8.parse_impl("ours-fp8-tensor-rot") == ("tensor", True, 256.0)
+    assert fp8.parse_impl("ours-fp8-block-p1") == ("block", False, 1.0)
+    for bad in ("ours-fa2", "ours-fp8-channel", "ours-fp8-"):
+        with pytest.raises(ValueError, match="not an FP8"):
+            fp8.parse_impl(bad)
+
+
+@pytest.mark.parametrize("kind", ["normal", "outliers", "large", "small"])
+def test_make_inputs(kind):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = fp8.make_inputs(kind, [(1, 2, 4096, 64)] * 3, torch.float32, "cpu", gen)
+    big = lambda t: (t.abs() > 8).float().mean().item()  # noqa: E731  (beyond 8σ of N(0, 1))
+    if kind == "outliers":
+        assert all(3e-4 < big(t) < 2e-3 for t in (q, k, v))  # ~0.1 % outliers of N(0, 100)
+    elif kind == "large":
+        assert big(q) == big(k) == 0 and v.abs().max() > 1000
+    elif kind == "small":
+        assert max(t.abs().max().item() for t in (q, k, v)) < 0.01
+    else:
+        assert big(q) == big(k) == big(v) == 0
+    with pytest.raises(ValueError, match="unknown inputs"):
+        fp8.make_inputs("huge", [(1, 1, 2, 2)], torch.float32, "cpu", gen)
+
+
+def test_spec_checks_inputs():
+    with pytest.raises(ValueError, match="unknown inputs"):
+        Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=False, seqlens=[8], impls=["naive"],
+             inputs="weird")  # fmt: skip
+    with pytest.raises(ValueError, match="apply to fp8-accuracy only"):
+        Spec(experiment="memory", dtype="float16", head_dim=32, causal=False, seqlens=[8], impls=["naive"],
+             inputs="outliers")  # fmt: skip
+
+
+def test_accuracy_rows(env):
+    """Sharp softmax rows (Q × 4): without P's scale e4m3 flushes part of P; with it, less. Errors are
+    ordered as they must be: 16-bit kernels far below FP8; the unscaled control worst on small inputs."""
+    rows = []
+    for kind in ("normal", "small"):
+        spec = Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=True, seqlens=[70, 130],
+                    batch=1, heads=2, impls=ACC_IMPLS, inputs=kind, check_rows=32)  # fmt: skip
+        rows += attention.run(spec, env, device="cpu", log_line=lambda s: None)
+    df = tables.to_frame(rows)
+    assert (df["status"] == "ok").all() and not df["timed"].any()
+    assert set(df["inputs"]) == {"normal", "small"}
+    at = df[df["seqlen_q"] == 130].set_index(["inputs", "impl"])
+    normal = at.loc["normal"]
+    assert normal.loc["ours-fa2", "rms_err"] < normal.loc["ours-fp8-block", "rms_err"] / 10
+    assert normal.loc["ours-fp8-block-p1", "p_underflow"] >= normal.loc["ours-fp8-block", "p_underflow"]
+    assert math.isnan(normal.loc["ours-fa2", "p_underflow"])
+    small = at.loc["small"]
+    assert small.loc["ours-fp8-none", "rms_err"] > 2 * small.loc["ours-fp8-tensor", "rms_err"]
+    assert "granularity=block" in normal.loc["ours-fp8-block", "kernel_config"]
+
+
+def test_speed_rows_on_cpu_are_gated_not_timed(env):
+    spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
+                hidden=64, impls=["ours-fp8-tensor", "ours-fp8-block", "ours-fa2", "fp8-mm", "bf16-mm"],
+                check_rows=16)  # fmt: skip
+    df = tables.to_frame(attention.run(spec, env, device="cpu", log_line=lambda s: None))
+    assert (df["status"] == "ok").all(), df[["impl", "status", "message"]]
+    assert not df["timed"].any() and df["tflops"].isna().all()
+    fp8_rows = df[df["impl"].str.startswith("ours-fp8")]
+    assert (fp8_rows["max_abs_err"] <= fp8_rows["err_bound"]).all()
+    assert df[df["impl"] == "fp8-mm"]["message"].str.contains("_scaled_mm").all()
