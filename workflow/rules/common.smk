@@ -8,7 +8,7 @@ sys.path.insert(
 
 import re
 
-from analysis.experiments import grid
+from analysis.experiments import grid, ops_grid
 from analysis.provenance import CPU_SLUG, detect_gpu_slug
 
 RESULTS = config["results_dir"]
@@ -133,6 +133,20 @@ def traffic_gpus():
     return [g for g in report_gpus() if traffic_path(g)]
 
 
+def ops_path(gpu):
+    """The W4A16/MoE table of a GPU type in the report: measured now (if the grid has shards), else shipped,
+    else None."""
+    if gpu in measured_gpus():
+        return f"{RESULTS}/{gpu}/ops.csv" if OPS_SHARDS else None
+    shipped = Path(REFERENCE) / gpu / "ops.csv"
+    return str(shipped) if shipped.is_file() else None
+
+
+def ops_gpus():
+    """GPU types of the report that have an ops table."""
+    return [g for g in report_gpus() if ops_path(g)]
+
+
 def comparison_dir():
     """The cross-GPU figures' folder, when the report holds more than one GPU type."""
     return f"{RESULTS}/report/compare" if len(report_gpus()) > 1 else None
@@ -152,6 +166,8 @@ def _alternatives(names):
 
 ATTENTION_SHARDS = attention_shards()
 CHECK_SHARDS = check_shards()
+# the W4A16 and MoE shards (config sections quant: and moe:), one GPU job each (workflow/rules/ops.smk)
+OPS_SHARDS = ops_grid.ops_shards(config)
 
 
 wildcard_constraints:

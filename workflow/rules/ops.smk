@@ -1,22 +1,7 @@
 # Operator experiments: W4A16 / W8A16 linear layers and MoE layers (analysis/experiments/quant.py, moe.py),
 # one GPU job per shard of the config's quant: and moe: sections (analysis/experiments/ops_grid.py).
 # Without a GPU nothing is measured: the report and the audit use shipped results where there are some.
-from analysis.experiments import ops_grid
-
-OPS_SHARDS = ops_grid.ops_shards(config)
-
-
-def ops_path(gpu):
-    """The ops table of a GPU type in the report: measured now (if the grid has shards), else shipped, else None."""
-    if gpu in measured_gpus():
-        return f"{RESULTS}/{gpu}/ops.csv" if OPS_SHARDS else None
-    shipped = Path(REFERENCE) / gpu / "ops.csv"
-    return str(shipped) if shipped.is_file() else None
-
-
-def ops_gpus():
-    """GPU types of the report that have an ops table."""
-    return [g for g in report_gpus() if ops_path(g)]
+# OPS_SHARDS, ops_path() and ops_gpus() are defined in common.smk.
 
 
 # ---- ops_benchmark: one shard of the W4A16 or MoE grid, timed on the GPU ----------------------------------
