@@ -154,14 +154,12 @@ class _Layer:
 
     # --- the stages of ours -----------------------------------------------------------------------------
     def gemms(self, xs, plan):
-        from kernels.moe.grouped_gemm import default_config, grouped_gemm, tile_map
+        from kernels.moe.grouped_gemm import default_config, grouped_gemm
 
         up, down = default_config(xs.dtype, fuse_swiglu=True), default_config(xs.dtype)
-        tiles = tile_map(plan.expert_offsets, plan.num_rows, up.block_m)
-        down_tiles = tiles if down.block_m == up.block_m else None
         off = plan.expert_offsets
-        hidden = grouped_gemm(xs, self.wg, off, swiglu_b=self.wu, config=up, check_offsets=False, tiles=tiles)
-        return grouped_gemm(hidden, self.wd, off, config=down, check_offsets=False, tiles=down_tiles)
+        hidden = grouped_gemm(xs, self.wg, off, swiglu_b=self.wu, config=up, check_offsets=False)
+        return grouped_gemm(hidden, self.wd, off, config=down, check_offsets=False)
 
 
 def run(spec: MoeSpec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info,

@@ -8,7 +8,7 @@ contiguous per-expert segments); one grouped GEMM with the SwiGLU epilogue fused
 accumulated side by side in fp32, ``silu(gate) · up`` written once, in the inputs' dtype); one grouped
 GEMM for the down projection; ``routing.combine`` (back to token order, weighted, summed over k in
 float32, deterministic). No step reads a value back to the host (asserted by a GPU-only test, not yet
-run). Both GEMMs share one device-built tile map.
+run).
 
 Does not handle: a backward pass, expert parallelism, capacity limits / token dropping, shared experts,
 biases, quantised weights.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from kernels.moe import routing
-from kernels.moe.grouped_gemm import default_config, grouped_gemm, tile_map
+from kernels.moe.grouped_gemm import default_config, grouped_gemm
 
 __all__ = ["moe_ffn"]
 
@@ -74,11 +74,6 @@ def moe_ffn(
     plan = routing.dispatch(expert_ids, router_logits.shape[1])
     xs = routing.gather(x, plan)
     up_cfg, down_cfg = default_config(x.dtype, fuse_swiglu=True), default_config(x.dtype)
-    # both GEMMs walk the same segments: one tile map when their row tiles agree
-    up_tiles = tile_map(plan.expert_offsets, plan.num_rows, up_cfg.block_m)
-    down_tiles = up_tiles if down_cfg.block_m == up_cfg.block_m else None
-    hidden = grouped_gemm(
-        xs, w_gate, plan.expert_offsets, swiglu_b=w_up, config=up_cfg, check_offsets=False, tiles=up_tiles
-    )
-    ys = grouped_gemm(hidden, w_down, plan.expert_offsets, config=down_cfg, check_offsets=False, tiles=down_tiles)
+    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, config=up_cfg, check_offsets=False)
+    ys = grouped_gemm(hidden, w_down, plan.expert_offsets, config=down_cfg, check_offsets=False)
     return routing.combine(ys, weights, plan)

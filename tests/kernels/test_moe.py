@@ -23,7 +23,7 @@ import triton
 
 from kernels import tolerance
 from kernels.moe import grouped_gemm, moe_ffn, reference, routing
-from kernels.moe.grouped_gemm import GroupedGemmConfig, tile_map
+from kernels.moe.grouped_gemm import GroupedGemmConfig
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +191,7 @@ def test_grouped_gemm_strided_inputs():
 def test_grouped_gemm_pinned_config_and_empty():
     a, b, offsets = _gemm_inputs([3, 40, 0], 40, 24, F32)
     cfg = GroupedGemmConfig(32, 16, 32, 4, 1)
-    out = grouped_gemm(a, b, offsets, config=cfg, tiles=tile_map(offsets, a.shape[0], 32))
+    out = grouped_gemm(a, b, offsets, config=cfg)
     tolerance.assert_close(
         "grouped_gemm 32x16x32", out, reference.grouped_gemm_reference(a, b, offsets, F64),
         reference.grouped_gemm_reference(a, b, offsets), F32,
@@ -207,23 +207,22 @@ def test_grouped_gemm_pinned_config_and_empty():
     assert torch.equal(grouped_gemm(a0, b0, off0, swiglu_b=b0), torch.zeros(4, 5, dtype=F16))
 
 
-@pytest.mark.parametrize("counts", [[7, 0, 19, 1, 16], [0, 0, 0, 0], [16, 16], [0, 1]])
-def test_tile_map_covers_every_row_once(counts):
-    offsets = torch.tensor(counts).cumsum(0).to(torch.int32)
-    rows, bm = int(offsets[-1]), 16
-    experts, starts, _ = tile_map(offsets, rows, bm)
-    assert experts.dtype == starts.dtype == torch.int32
-    assert experts.numel() == triton.cdiv(rows, bm) + len(counts)
-    live = experts >= 0
-    assert int(live.sum()) == sum(triton.cdiv(c, bm) for c in counts)  # empty experts get no tile
-    assert (experts[~live] == -1).all() and not (live[1:] & ~live[:-1]).any()  # live tiles come first
-    covered = torch.zeros(rows, dtype=torch.int64)
-    seg_start = [0] + offsets.tolist()[:-1]
-    for e, s in zip(experts[live].tolist(), starts[live].tolist(), strict=True):
-        end = min(s + bm, int(offsets[e]))
-        assert seg_start[e] <= s < end
-        covered[s:end] += 1
-    assert (covered == 1).all()
+@pytest.mark.parametrize(
+    "counts",
+    [[7, 0, 19, 1, 16], [0, 0, 0, 5], [16, 16], [0, 1], [3] * 5 + [0] * 20 + [33] + [0] * 11],
+    ids=["mixed", "leading-empty", "exact-tiles", "one-row", "37-experts"],
+)
+def test_every_row_tile_finds_its_expert(counts):
+    """The kernel's own tile → expert lookup (prefix sum of the tile counts): every row computed once by its
+    expert's matrix, whatever the counts (empty experts, exact multiples of BLOCK_M, E not a power of two),
+    across several groups of the grouped program order (more row tiles than GROUP_M, several N tiles)."""
+    a, b, offsets = _gemm_inputs(counts, 24, 40, F32)
+    cfg = GroupedGemmConfig(16, 16, 16, 4, 1)
+    out = grouped_gemm(a, b, offsets, config=cfg)
+    tolerance.assert_close(
+        f"grouped_gemm {counts}", out, reference.grouped_gemm_reference(a, b, offsets, F64),
+        reference.grouped_gemm_reference(a, b, offsets), F32,
+    )  # fmt: skip
 
 
 def test_grouped_gemm_bad_inputs():
@@ -254,8 +253,6 @@ def test_grouped_gemm_bad_inputs():
         grouped_gemm(a, b[:0], offsets[:0])
     with pytest.raises(TypeError, match="torch.Tensor"):
         grouped_gemm(a, b, [3, 7])
-    with pytest.raises(ValueError, match="tiles were built for block_m = 32"):
-        grouped_gemm(a, b, offsets, tiles=tile_map(offsets, 7, 32))
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="share one device"):
             grouped_gemm(a.cuda(), b.cuda(), offsets)
@@ -375,14 +372,14 @@ _COMPILE_SCRIPT = textwrap.dedent(
     cfg = gg.default_config(getattr(torch, dtype), fuse)  # the GPU defaults: TRITON_INTERPRET=0 here
     ptr = "*fp16" if dtype == "float16" else "*bf16"
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, FUSE_SWIGLU=fuse, IS_FP32=False,
+                  E_POW2=64, GROUP_M=gg.GROUP_M,
                   stride_ak=1, stride_bn=1, stride_b2n=1, stride_cn=1)  # contiguous rows: the runtime pins 1
     sig, cons = {}, {}
     for i, n in enumerate(fn.arg_names):
         if n in consts:
             sig[n], cons[(i,)] = "constexpr", consts[n]
         else:
-            sig[n] = {"A": ptr, "B": ptr, "B2": ptr, "C": ptr, "TileExpert": "*i32",
-                      "TileRow": "*i32", "Offsets": "*i32"}.get(n, "i32")
+            sig[n] = {"A": ptr, "B": ptr, "B2": ptr, "C": ptr, "Offsets": "*i32"}.get(n, "i32")
     # what the runtime infers for 16-byte-aligned pointers and sizes/strides that are multiples of 16
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n] != "constexpr"}
     kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cons, attrs=attrs),
