@@ -40,11 +40,12 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
-    assert counts["attention_benchmark"] == len(shards) == 22
+    assert counts["attention_benchmark"] == len(shards) == 32
     assert _planned_shards(r.stdout) == set(shards)
     per_experiment = Counter(f["experiment"] for f in shards.values())
     assert per_experiment == {"fa2-setting": 9, "fa1-setting": 1, "gain-surface": 4, "block-sweep": 1,
-                              "rescale-ablation": 1, "memory": 2, "decode": 2, "varlen": 2}  # fmt: skip
+                              "rescale-ablation": 1, "memory": 2, "decode": 2, "varlen": 2, "fp8-speed": 2,
+                              "fp8-accuracy": 8}  # fmt: skip
     # the forward shards keep the names they had before modes existed (their results are reused)
     assert {"fa2-setting_float16_d128_full", "memory_float16_d128_full"} <= set(shards)
     assert {"fa2-setting_bfloat16_d128_causal_bwd", "memory_float16_d128_full_fwdbwd",
@@ -60,20 +61,25 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
                   f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     shards = grid.attention_shards(grid.load_config([CONFIG, full])["attention"])
-    assert job_counts(r.stdout)["attention_benchmark"] == len(shards) == 67
+    assert job_counts(r.stdout)["attention_benchmark"] == len(shards) == 81
     assert _planned_shards(r.stdout) == set(shards)
     assert "decode_float16_d128_full_hkv16_q16" in shards and "fa1-setting_float16_d64_full" in shards
+    fp8_speed = [f for f in shards.values() if f["experiment"] == "fp8-speed"]
+    assert len(fp8_speed) == 6 and {f["head_dim"] for f in fp8_speed} == {64, 128, 256}
 
 
 def test_default_budget_is_the_one_quoted_in_the_config():
     """The point counts and seconds quoted in workflow/config.yaml are what the grid module computes now,
-    and the default grid stays within the budget of about 6 minutes of attention points (warm cache)."""
+    and the default grid stays within its budget (warm cache): about 6 minutes of attention points for the
+    experiments before FP8, about 2 more for fp8-speed and fp8-accuracy."""
     shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
     table = grid.budget_table(shards)
-    quoted = [line[len("  #   "):] for line in CONFIG.read_text().splitlines() if line.startswith("  #   ")]
+    quoted = [line[len("  #   ") :] for line in CONFIG.read_text().splitlines() if line.startswith("  #   ")]
     assert quoted == table
     total = grid.budget(shards)
-    assert sum(e["seconds"] for e in total.values()) <= 370
+    fp8 = {"fp8-speed", "fp8-accuracy"}
+    assert sum(e["seconds"] for name, e in total.items() if name not in fp8) <= 370
+    assert sum(e["seconds"] for name, e in total.items() if name in fp8) <= 130
 
 
 def test_gpu_types_map_gpu_jobs_to_the_cluster(tmp_path):
