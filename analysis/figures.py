@@ -204,12 +204,7 @@ def _log2_x(ax, ns) -> None:
 
 def _grid(d: pd.DataFrame, height: float = FACET_HEIGHT, aspect: float = FACET_ASPECT) -> sns.FacetGrid:
     """Columns: one per (head_dim, causal); rows: one per dtype."""
-    panels = (
-        d[["head_dim", "causal", "panel"]]
-        .drop_duplicates()
-        .sort_values(["head_dim", "causal"])["panel"]
-        .tolist()
-    )
+    panels = d[["head_dim", "causal", "panel"]].drop_duplicates().sort_values(["head_dim", "causal"])["panel"].tolist()
     present = set(d["dtype"])
     dtypes = [t for t in DTYPE_ORDER if t in present] + sorted(present - set(DTYPE_ORDER))
     return sns.FacetGrid(

@@ -59,9 +59,7 @@ def _table(df: pd.DataFrame | None) -> dict:
     """A frame as header plus rows of formatted cells, for the template's table macro."""
     if df is None:
         df = pd.DataFrame()
-    rows = [
-        [{"text": fmt(v), "num": _is_number(v)} for v in rec] for rec in df.itertuples(index=False, name=None)
-    ]
+    rows = [[{"text": fmt(v), "num": _is_number(v)} for v in rec] for rec in df.itertuples(index=False, name=None)]
     return {"columns": [str(c) for c in df.columns], "rows": rows}
 
 

@@ -82,11 +82,7 @@ def make_rows() -> list[dict]:
                 for n in NS:
                     base = 0.4 * (n / 512) * (d / 64)
                     for impl, rel in REL_MS.items():
-                        rows.append(
-                            _timed(
-                                "fa2-setting", impl, dtype, 16384 // n, 2048 // d, n, d, causal, base * rel
-                            )
-                        )
+                        rows.append(_timed("fa2-setting", impl, dtype, 16384 // n, 2048 // d, n, d, causal, base * rel))
     rows.append(
         _row(
             experiment="fa2-setting",
@@ -121,9 +117,7 @@ def make_rows() -> list[dict]:
                     )
                 )
             else:
-                rows.append(
-                    _timed("memory", impl, "float16", 1, 16, n, 128, False, 0.1 * n / 1024, peak_mem_mib=mib)
-                )
+                rows.append(_timed("memory", impl, "float16", 1, 16, n, 128, False, 0.1 * n / 1024, peak_mem_mib=mib))
     rows.append(
         _row(
             experiment="interpreter-check",
