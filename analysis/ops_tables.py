@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.tables import PROVENANCE, STATUSES, TELEMETRY, frame, write_frame
+from analysis.tables import PROVENANCE, STATUSES, TELEMETRY, frame, read_tables, write_frame
 
 IDENTITY = ["experiment", "family", "op", "impl", "dtype", "model", "m", "n", "k", "group_size", "experts", "top_k",
             "tokens", "routing", "stage"]  # fmt: skip
@@ -47,12 +47,4 @@ def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
 
 def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Concatenate ops CSVs (one per job) into one table with ``COLUMNS``."""
-    frames = [pd.read_csv(p, keep_default_na=True) for p in paths]
-    frames = [f for f in frames if len(f.columns)]
-    if not frames:
-        return pd.DataFrame(columns=COLUMNS)
-    df = pd.concat(frames, ignore_index=True)
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"ops result files lack columns {missing}")
-    return df[COLUMNS]
+    return read_tables(paths, COLUMNS, what="ops result")

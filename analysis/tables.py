@@ -124,18 +124,25 @@ def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
 
 def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Concatenate result CSVs (one per job) into one table with the schema's columns."""
+    return read_tables(paths, COLUMNS, OPTIONAL, OPTIONAL_DEFAULTS, "result")
+
+
+def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str = "result") -> pd.DataFrame:
+    """Concatenate CSVs (one per job) into one table with exactly ``columns``. A file without some of the
+    ``optional`` columns (written before they existed) gets them as ``defaults`` or NaN, each file on its
+    own; any other missing column is an error."""
+    defaults = defaults or {}
     frames = [pd.read_csv(p, keep_default_na=True) for p in paths]
     frames = [f for f in frames if len(f.columns)]
     if not frames:
-        return pd.DataFrame(columns=COLUMNS)
-    # an older table lacks the OPTIONAL columns: add them as NaN (per file, so each file is checked alone)
-    frames = [f.assign(**{c: OPTIONAL_DEFAULTS.get(c, float("nan")) for c in OPTIONAL if c not in f.columns})
+        return pd.DataFrame(columns=columns)
+    frames = [f.assign(**{c: defaults.get(c, float("nan")) for c in optional if c not in f.columns})
               for f in frames]  # fmt: skip
     df = pd.concat(frames, ignore_index=True)
-    missing = [c for c in COLUMNS if c not in df.columns]
+    missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ValueError(f"result files lack columns {missing}")
-    return df[COLUMNS]
+        raise ValueError(f"{what} files lack columns {missing}")
+    return df[columns]
 
 
 def load_provenance(path: str | Path) -> dict:

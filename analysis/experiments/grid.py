@@ -222,7 +222,11 @@ def budget(shards: dict[str, dict]) -> dict[str, dict]:
 
 def budget_table(shards: dict[str, dict]) -> list[str]:
     """The budget as the comment lines quoted in ``workflow/config.yaml``."""
-    b = budget(shards)
+    return format_budget(budget(shards))
+
+
+def format_budget(b: dict[str, dict]) -> list[str]:
+    """A ``budget`` (experiment → shards, points, seconds, compile) as aligned comment lines with a total."""
     lines = [f"{'experiment':<20}{'shards':>7}{'points':>8}{'est. s':>8}{'+compile':>10}"]
     for name, e in b.items():
         lines.append(f"{name:<20}{e['shards']:>7}{e['points']:>8}{e['seconds']:>8.0f}{e['compile']:>10.0f}")

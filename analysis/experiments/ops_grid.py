@@ -282,13 +282,9 @@ def budget(shards: dict[str, dict]) -> dict[str, dict]:
 
 def budget_table(shards: dict[str, dict]) -> list[str]:
     """The budget as the comment lines quoted in ``workflow/config.yaml`` (quant and moe sections)."""
-    b = budget(shards)
-    lines = [f"{'experiment':<20}{'shards':>7}{'points':>8}{'est. s':>8}{'+compile':>10}"]
-    for name, e in b.items():
-        lines.append(f"{name:<20}{e['shards']:>7}{e['points']:>8}{e['seconds']:>8.0f}{e['compile']:>10.0f}")
-    tot = {k: sum(e[k] for e in b.values()) for k in ("shards", "points", "seconds", "compile")}
-    lines.append(f"{'total':<20}{tot['shards']:>7}{tot['points']:>8}{tot['seconds']:>8.0f}{tot['compile']:>10.0f}")
-    return lines
+    from analysis.experiments.grid import format_budget
+
+    return format_budget(budget(shards))
 
 
 if __name__ == "__main__":  # python -m analysis.experiments.ops_grid workflow/config.yaml [more config files]
