@@ -947,6 +947,12 @@ def test_fp8_accuracy_measured(registry, p1_rms, p1_under, expected):
     df = _audit_one(registry, "fp8-accuracy", _ctx(rows))
     assert df[df["gpu"] == audit.ANALYTIC].iloc[0]["verdict"] == "holds"  # 2⁻⁹
     assert _measured_row(df)["verdict"] == expected
+    assert "N(0,1) inputs" in _measured_row(df)["note"]
+    # with FlashAttention-3's outlier rows present, those are judged (here an underflow that costs accuracy)
+    outliers = [dict(r, inputs="outliers") for r in rows[:2]]
+    outliers.append(dict(_acc_row("ours-fp8-block-p1", 3.0e-2, under=0.4, mass=1e-2), inputs="outliers"))
+    row = _measured_row(_audit_one(registry, "fp8-accuracy", _ctx(rows + outliers)))
+    assert row["verdict"] == "holds" and "outlier" in row["note"]
 
 
 def test_fp8_accuracy_without_rows_keeps_the_analytic_verdict_and_marks_gpu_untestable(registry):
