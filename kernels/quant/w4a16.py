@@ -1,14 +1,14 @@
 """W4A16 and W8A16 linear layers in Triton: weights quantised offline, dequantised in registers.
 
-What it is: ``y = x @ dequant(W)ᵀ (+ bias)`` for an ``nn.Linear``-style weight ``W [N, K]``
-(out_features × in_features) and 16-bit activations ``x [..., K]``. The weight is stored either as int4,
-group-wise along K (``quantize``: one scale, and for the asymmetric format one zero point, per ``group_size``
-consecutive inputs of an output row), or as int8 with one scale per output channel (``quantize_w8``). The
-kernel loads the packed integers, unpacks them with shifts and masks, subtracts the zero point, multiplies by
-the scale and feeds the result to ``tl.dot`` with an fp32 accumulator: the 16-bit weight only ever exists
-as a register tile, never in memory. That is the point of the format: a decode step (M of a few tokens)
-is bound by reading the weights, and int4 reads ¼ of the fp16 bytes (plus the scales and zero points:
-4 bytes per group, 1/32 of a byte per weight at group 128).
+What it is: ``y = x @ dequant(W)ᵀ (+ bias)`` for an ``nn.Linear``-style weight ``W [N, K]`` (out_features ×
+in_features) and 16-bit activations ``x [..., K]``. The weight is stored either as int4, group-wise along K
+(``quantize``: one scale, and for the asymmetric format one zero point, per ``group_size`` consecutive
+inputs of an output row), or as int8 with one scale per output channel (``quantize_w8``). The kernel loads
+the packed integers, unpacks them with shifts and masks, subtracts the zero point, multiplies by the scale
+and feeds the result to ``tl.dot`` with an fp32 accumulator (for a few rows of x, a CUDA-core GEMV instead):
+the 16-bit weight only ever exists as a register tile, never in memory. That is the point of the format: a
+decode step (M of a few tokens) is bound by reading the weights, and int4 reads ¼ of the fp16 bytes (plus
+the scales and zero points: 4 bytes per group, 1/32 of a byte per weight at group 128).
 
 Packed int4 layout (``W4Weight.packed``, int32 ``[N, K // 8]``, row-major), in blocks of ``PACK_BLOCK`` =
 128 inputs: within the block starting at input ``k0`` (16 words per row), nibble i (bits ``4i … 4i + 3``) of
@@ -25,34 +25,46 @@ N-contiguous, and for 16-bit weights as one int32 per (group, output) holding th
 the scale's dtype (``W4Weight.scale_zero``; ``scales``/``zeros`` are views of it): one 4-byte load per
 group that Triton's pipeliner issues as cp.async like the words (2-byte scale loads stayed synchronous).
 
-Dequantisation: when the scales have x's dtype (fp16 weights with fp16 x, bf16 with bf16), in that dtype,
-without an int-to-float conversion: ``MAGIC | q`` is the bits of ``2^e + q`` (1024 + q in fp16, 128 + q in
-bf16), minus the stored ``2^e + z`` is ``q − z`` exactly, times ``s`` is the single rounding that
-``dequantize(weight, x.dtype)`` makes: the same bits. Otherwise in fp32 and rounded once to x's dtype; fp32
-activations keep an exact IEEE (not TF32) mode.
+Dequantisation (tensor-core kernel): when the scales have x's dtype (fp16 weights with fp16 x, bf16 with
+bf16), in that dtype, without an int-to-float conversion: ``MAGIC | q`` is the bits of ``2^e + q`` (1024 + q
+in fp16, 128 + q in bf16), minus the stored ``2^e + z`` is ``q − z`` exactly, times ``s`` is the single
+rounding that ``dequantize(weight, x.dtype)`` makes: the same bits. Otherwise in fp32 and rounded once to
+x's dtype; fp32 activations keep an exact IEEE (not TF32) mode.
 
-Kernel shape: grid (M tiles, N tiles, K slices). ``swap_ab`` computes ``outᵀ = W · xᵀ`` so that the
-dequantised weight is the MMA's A operand, the one Hopper's wgmma takes from registers (and x is the
-N side, ≥ 16 wide: a decode step's 1…16 rows pad to wgmma m64n16k16 instead of a 64-row tile of x). With
-split-K, each program writes its fp32 partial sum to a ``[SPLIT_K, M, N]`` buffer and a second small kernel
-adds the slices in a fixed order, adds the bias and casts: deterministic, no atomics. Without, bias and cast
-are fused into the epilogue. int8 per-channel weights (``quantize_w8``) use a separate, plain tiled kernel.
+Kernels. Tensor cores (``_w4a16_kernel``): grid (M tiles, N tiles, K slices). ``swap_ab`` computes
+``outᵀ = W · xᵀ`` so that the dequantised weight is the MMA's A operand, the one Hopper's wgmma takes from
+registers (and x is the N side, ≥ 16 wide: a decode step's rows pad to wgmma m64n16k16 instead of a 64-row
+tile of x). CUDA cores (``_w4_gemv_kernel``, the default for M ≤ 4): no tl.dot, grid (N tiles, K slices,
+M tiles); per weight one and, one add and one FMA per row of x, the weight never rounded to 16 bits (the
+kernel's docstring). Split-K, both kernels, in one launch and deterministic: each K slice stores its fp32
+partial sum to a cached ``[split, M, N]`` workspace and increments its output tile's counter (atomic,
+acq_rel); the last slice to arrive adds the partial sums in the fixed order 0, 1, …, adds the bias, stores
+the output and puts the counter back to 0 (the counters are zeroed once, when the workspace is allocated,
+per device and stream). Without split-K, bias and cast are in the epilogue. int8 per-channel weights
+(``quantize_w8``) use a separate, plain tiled kernel (split-K there still uses a second, reduce kernel).
+
+Host side of ``matmul`` (what a decode step pays per call): attribute checks, a cached ``choose_config``
+and launch plan, one ``torch.empty`` (the output), one kernel launch; no device guard unless x is on
+another device than the current one, no memset, no copy of a contiguous 2-D x.
 
 Handles: any M (including 0) and leading dimensions, any N (masked tails), K a multiple of the group size
 (int4) or any K (int8), float16 and bfloat16 activations on the GPU, float32 activations as an exact
 testing mode. Does not handle: activation quantisation, act-order (GPTQ's permuted groups), a backward pass.
 
-Tested: in Triton's interpreter on CPU (float16, float32; odd shapes, tails, every split and operand order:
-tests/kernels/test_w4a16.py; Triton 3.6's interpreter computes bfloat16 wrongly, so the bf16 paths are
-checked only on a GPU). Compiled (not run) for sm_90 with Triton 3.6 at N = 14336, K = 4096, bf16, group 128
-(ptxas -v, SASS loops inspected): the default decode config (M ≤ 16: 16 × 64 × 256, split 3, 4 warps,
-4 stages, swapped) builds to ``wgmma m64n16k16`` with the weight from registers, 58 KiB of shared memory,
-53 registers, no spills, and no layout conversion inside the K loop (words, x slices and scale words all
-arrive by cp.async); the default GEMM config (M > 64: 128 × 256 × 128, 8 warps, 3 stages, swapped) builds to
-``wgmma m64n128k16`` with the weight from registers, 130 KiB, 236 registers, no spills. Measured on an
-H200 before this layout (natural-order packing, fp32 dequantisation): 84 µs at M = 1 for 14336 × 4096
-(≈ 10 % of copy bandwidth) and 2.31 ms at M = 4096 (4× slower than cuBLAS). The new kernels have not been
-run on a GPU yet: the configurations (``W4_GPU_TABLE``) are reasoned, not tuned.
+Tested: in Triton's interpreter on CPU (float16, float32; odd shapes, tails, every split and operand order,
+both kernels, split-K counters reused across shapes: tests/kernels/test_w4a16.py; Triton 3.6's interpreter
+computes bfloat16 wrongly, so the bf16 paths are checked only on a GPU). Compiled (not run) for sm_90 with
+Triton 3.6, bf16, group 128, ptxas -v: GEMV M = 1 (64 × 512 per step, 4 warps) 80 registers, M = 2 128,
+M = 4 230, no spills, 256 B–1 KiB of shared memory (the column sums), no layout conversion in the K loop,
+~5.7 SASS instructions per weight at M = 1; the split-K decode config (M ≤ 16: 16 × 64 × 256, 4 warps,
+4 stages, swapped) ``wgmma m64n16k16`` with the weight from registers, 57.5 KiB, 56 registers; the GEMM
+config (M > 64: 128 × 256 × 128, 8 warps, 3 stages, swapped) ``wgmma m64n128k16``, 130 KiB, 254 registers,
+no spills. Measured on an H200 (bf16, group 128, asymmetric), the tensor-core kernel before the GEMV path
+and the one-launch split-K: 14336 × 4096 at M = 1 27.7 µs of kernel (+ 1.1 µs of reduce kernel) but 142 µs
+of host time per call, so 104 µs under ``do_bench`` (cuBLAS bf16 ``F.linear``: 40.7, its kernel 30.2);
+28672 × 8192 at M = 1 86.6 µs of kernel; at M = 4096 1.2 ms (cuBLAS 0.62 ms). The GEMV kernel, the
+one-launch split-K and the lighter host path have not been run on a GPU yet: ``W4_GPU_TABLE`` is reasoned,
+to be tuned from .dev/w4_probe2.py.
 
 Layers, top to bottom: the ``@triton.jit`` kernels and helpers; the weight formats and quantisers;
 configuration (dataclass, tables by M, heuristic); the launchers; the public functions ``matmul`` and
@@ -63,6 +75,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -144,12 +157,14 @@ def _w4a16_kernel(
     S,  # (N, K // GROUP) scales (any strides; quantize() stores them N-contiguous)
     Z,  # (N, K // GROUP) uint8 zero points, or None (symmetric: the zero is 8)
     Bias,  # (N,) or None
-    Out,  # SPLIT_K == 1: (M, N) in X's dtype; else (SPLIT_K, M, N) float32 partial sums
+    Out,  # (M, N) in X's dtype, contiguous
+    Part,  # SPLIT: (split_k, M, N) float32 partial sums (a cached workspace), else unused
+    Cnt,  # SPLIT: int32 arrival counters, one per output tile, 0 between launches, else unused
     M,
     N,
-    K,
     k_main,  # K rounded down to a multiple of 128: the full packing blocks
     blocks_per_split,  # 128-input blocks per K slice, a multiple of BLOCK_K // 128
+    split_k,  # K slices (grid axis 2)
     stride_xm,
     stride_xk,
     stride_wn,
@@ -158,13 +173,10 @@ def _w4a16_kernel(
     stride_sg,
     stride_zn,
     stride_zg,
-    stride_os,
-    stride_om,
-    stride_on,
     GROUP: tl.constexpr,
     SYMMETRIC: tl.constexpr,
     TAIL_WORDS: tl.constexpr,  # (K − k_main) / 8: 0, 4, 8 or 12
-    SPLIT_K: tl.constexpr,
+    SPLIT: tl.constexpr,  # split_k > 1: partial sums, reduced by the last program of each tile
     DEQ: tl.constexpr,  # see _w4_dequant
     MAGIC: tl.constexpr,  # 0x6400 (fp16) or 0x4300 (bf16), for DEQ 0
     SWAP_AB: tl.constexpr,  # compute outᵀ = W · xᵀ (the weight as the MMA's A operand) instead of x · Wᵀ
@@ -239,7 +251,7 @@ def _w4a16_kernel(
                 x = tl.load(x_ptrs + (kb + 16 * i) * stride_xk, mask=xb_mask, other=0.0)
                 acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
     if TAIL_WORDS > 0:
-        if pid_k == SPLIT_K - 1:
+        if pid_k == split_k - 1:
             # the last, shorter block (K − k_main inputs, packed with TAIL_WORDS words per row): nibble i of
             # word c is input k_main + i·TAIL_WORDS + c; groups may change inside a slice (12-word tails)
             c_ok = offs_c < TAIL_WORDS
@@ -268,16 +280,193 @@ def _w4a16_kernel(
                 w = _w4_dequant(words, 4 * i, s, z, MAGIC, SYMMETRIC, DEQ, dtype)
                 x = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=tx_mask, other=0.0)
                 acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
-    out = Out + pid_k * stride_os if SPLIT_K > 1 else Out
-    if SWAP_AB:
-        if SPLIT_K == 1 and Bias is not None:
-            acc += tl.load(Bias + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
-        ptrs = out + offs_m[None, :] * stride_om + offs_n[:, None] * stride_on
-        tl.store(ptrs, acc.to(out.dtype.element_ty), mask=m_mask[None, :] & n_mask[:, None])
+    tile = pid_m * tl.num_programs(1) + pid_n
+    _w4_epilogue(acc, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT, SWAP_AB)
+
+
+@triton.jit
+def _w4_gemv_scale_zero(S, Z, s_off, z_off, mask, SZ: tl.constexpr, SYMMETRIC: tl.constexpr):
+    """(scale, zero point) as fp32 for the GEMV kernel. SZ 0/1: S is the int32 ``scale_zero`` (fp16/bf16
+    scale in bits 0–15, z in bits 16–23); SZ 2: S holds the scales, Z the uint8 zero points (or None:
+    symmetric, z = 8). ``bitcast(z | 0x4B000000) − 2^23`` is z as fp32 without a conversion instruction."""
+    if SZ < 2:
+        sz = tl.load(S + s_off, mask=mask, other=0)
+        if SZ == 0:
+            s = sz.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        else:
+            s = sz.to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
+        z = (((sz >> 16) & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
     else:
-        if SPLIT_K == 1 and Bias is not None:
-            acc += tl.load(Bias + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        _store_rows(out, acc, offs_m, offs_n, m_mask, n_mask, stride_om, stride_on)
+        s = tl.load(S + s_off, mask=mask, other=0.0).to(tl.float32)
+        if SYMMETRIC:
+            z = tl.full(s.shape, 8.0, tl.float32)
+        else:
+            z = tl.load(Z + z_off, mask=mask, other=0).to(tl.float32)
+    return s, z
+
+
+@triton.jit
+def _w4_gemv_kernel(
+    X,  # (M, K) activations
+    W,  # (N, K // 8) int32, the blocked packing (module docstring)
+    S,  # SZ 0/1: the int32 scale_zero words, SZ 2: (N, K // GROUP) scales (any strides)
+    Z,  # SZ 2: (N, K // GROUP) uint8 zero points, or None (symmetric)
+    Bias,  # (N,) or None
+    Out,  # (M, N) in X's dtype, contiguous
+    Part,  # SPLIT: (split_k, M, N) float32 partial sums, else unused
+    Cnt,  # SPLIT: int32 arrival counters, one per output tile, 0 between launches, else unused
+    M,
+    N,
+    k_main,
+    blocks_per_split,
+    split_k,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wc,
+    stride_sn,
+    stride_sg,
+    stride_zn,
+    stride_zg,
+    GROUP: tl.constexpr,
+    SYMMETRIC: tl.constexpr,
+    TAIL_WORDS: tl.constexpr,
+    SPLIT: tl.constexpr,
+    SZ: tl.constexpr,  # see _w4_gemv_scale_zero
+    BLOCK_M: tl.constexpr,  # rows of x per program (all of a decode step's)
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # a multiple of 128: packing blocks per loop step
+):
+    """CUDA-core matrix-vector product (no tl.dot) for a few rows of x: BLOCK_N outputs × one K slice.
+
+    Per 128-input block: one ``[BLOCK_N, 16]`` word tile; nibble i is inputs ``k0 + 16i … k0 + 16i + 15``.
+    Without an int-to-float conversion or a shift per weight: nibble i stays in place (nibbles 5–7 after
+    one shift of the word by 20), ``bitcast((w | 0x4B000000) & (0xF·16^e | 0x4B000000))`` is the fp32
+    ``2^23 + q·16^e`` and minus ``2^23 + z·16^e`` it is ``(q − z)·16^e`` exactly (e ≤ 4); the 16 columns
+    of x are scaled by ``16^−e`` (exact) and multiplied into ``t [BLOCK_M, BLOCK_N, 16]``: and, add, FMA per
+    weight (the FMA per row of x), plus the conversion and scaling of x's slice per thread, which the
+    BLOCK_N / (8 · num_warps) rows each thread holds share. At the end of each group the 16 columns are
+    summed and ``acc [BLOCK_M, BLOCK_N] += s · Σ_columns t``.
+    The weight is never rounded to 16 bits: ``Σ_g s_g · Σ_(k ∈ g) (q − z)·x`` in fp32."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_c = tl.arange(0, 16)
+    m3 = offs_m[:, None, None]
+    n3 = offs_n[None, :, None]
+    c3 = offs_c[None, None, :]
+    x_mask = m3 < M  # [BM, 1, 1]
+    n_mask = n3 < N  # [1, BN, 1]
+    w_ptrs = W + n3 * stride_wn + c3 * stride_wc  # [1, BN, 16]
+    x_ptrs = X + m3 * stride_xm + c3 * stride_xk  # [BM, 1, 16]
+    s_off = n3 * stride_sn
+    z_off = n3 * stride_zn
+    s_off2 = offs_n[None, :] * stride_sn  # [1, BN]: the scales again, in the layout of the sums
+    n_mask2 = offs_n[None, :] < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_start = pid_k * blocks_per_split * 128
+    k_stop = tl.minimum(k_main, k_start + blocks_per_split * 128)
+    for k0 in range(k_start, k_stop, BLOCK_K):
+        for b in tl.static_range(BLOCK_K // 128):
+            kb = k0 + b * 128
+            if BLOCK_K > 128:  # the last step of a slice may be partial: its missing blocks read as zeros
+                b_ok = kb < k_stop
+                wb_mask = n_mask & b_ok
+                wb_mask2 = n_mask2 & b_ok
+                xb_mask = x_mask & b_ok
+            else:
+                wb_mask = n_mask
+                wb_mask2 = n_mask2
+                xb_mask = x_mask
+            words = tl.load(w_ptrs + (kb // 8) * stride_wc, mask=wb_mask, other=0)
+            # the fp32 exponent bits of 2^23 set once per word (nibbles 5, 6, 7 moved to bits 0–11 first), so
+            # that one and per weight leaves 2^23 + q·16^e
+            low = words | 0x4B000000
+            high = (words >> 20) | 0x4B000000
+            for gi in tl.static_range(128 // GROUP):
+                g = kb // GROUP + gi
+                s, z = _w4_gemv_scale_zero(S, Z, s_off + g * stride_sg, z_off + g * stride_zg, wb_mask, SZ, SYMMETRIC)
+                for ii in tl.static_range(GROUP // 16):
+                    i = gi * (GROUP // 16) + ii
+                    # nibble i in place, at bits 4e … 4e + 3 (e ≤ 4: inside fp32's 23 mantissa bits): the and
+                    # makes 2^23 + q·16^e; minus 2^23 + z·16^e it is (q − z)·16^e exactly, and x's slice
+                    # carries the 16^−e (a power of two: exact)
+                    if i < 5:
+                        src = low
+                        e = i
+                    else:
+                        src = high
+                        e = i - 5
+                    qf = (src & ((0xF << (4 * e)) | 0x4B000000)).to(tl.float32, bitcast=True)
+                    qf = qf - (z * (1 << (4 * e)) + 8388608.0)
+                    xv = tl.load(x_ptrs + (kb + 16 * i) * stride_xk, mask=xb_mask, other=0.0).to(tl.float32)
+                    if e > 0:
+                        xv = xv * (1.0 / (1 << (4 * e)))
+                    if ii == 0:
+                        t = qf * xv
+                    else:
+                        t += qf * xv
+                # the group's 16 columns summed here (a few adds and two shuffles per row and thread), so that
+                # the loop carries [BLOCK_M, BLOCK_N] and t keeps the layout of the word loads
+                s2, _ = _w4_gemv_scale_zero(S, Z, s_off2 + g * stride_sg, s_off2, wb_mask2, SZ, True)
+                acc += s2 * tl.sum(t, axis=2)
+    if TAIL_WORDS > 0:
+        if pid_k == split_k - 1:
+            # the last, shorter block: nibble i of word c is input k_main + i·TAIL_WORDS + c; the group may
+            # change along c (12-word tails), so scales and zero points are per element here
+            c_ok = c3 < TAIL_WORDS
+            t_mask = n_mask & c_ok
+            words = tl.load(w_ptrs + (k_main // 8) * stride_wc, mask=t_mask, other=0)
+            for i in tl.static_range(8):
+                g = (k_main + i * TAIL_WORDS + c3) // GROUP
+                s, z = _w4_gemv_scale_zero(S, Z, s_off + g * stride_sg, z_off + g * stride_zg, t_mask, SZ, SYMMETRIC)
+                qf = ((words >> (4 * i)) & 0xF).to(tl.float32) - z
+                xv = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=x_mask & c_ok, other=0.0)
+                acc += tl.sum((qf * s) * xv.to(tl.float32), axis=2)
+    out = acc
+    tile = pid_m * tl.num_programs(0) + pid_n
+    _w4_epilogue(out, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT, False)
+
+
+@triton.jit
+def _w4_finish(acc, Bias, Out, rows, cols, mask, N):
+    if Bias is not None:
+        b = tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)
+        acc += b
+    tl.store(Out + rows * N + cols, acc.to(Out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _w4_epilogue(acc, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT: tl.constexpr,
+                 TRANS: tl.constexpr):  # fmt: skip
+    """Bias, cast and store of a ``[BLOCK_M, BLOCK_N]`` tile (``[BLOCK_N, BLOCK_M]`` when TRANS) of the
+    contiguous ``Out [M, N]``. With SPLIT: one launch, deterministic. Each K slice stores its fp32 partial
+    sum to ``Part[pid_k]`` and adds 1 to the tile's counter (acq_rel, after a CTA barrier so that every
+    thread's stores precede the release); the program that sees ``split_k − 1`` (the last to arrive) sums
+    slices 0, 1, …, split_k − 1 in that fixed order (loads bypass L1), adds the bias, stores, and puts the
+    counter back to 0 so that the cached counter buffer serves the next launch without a memset."""
+    if TRANS:
+        rows = offs_m[None, :]
+        cols = offs_n[:, None]
+    else:
+        rows = offs_m[:, None]
+        cols = offs_n[None, :]
+    mask = (rows < M) & (cols < N)
+    if SPLIT:
+        part = Part + rows * N + cols
+        tl.store(part + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()
+        count = tl.atomic_add(Cnt + tile, 1, sem="acq_rel", scope="gpu")
+        if count == split_k - 1:
+            total = tl.load(part, mask=mask, other=0.0, cache_modifier=".cg")
+            for sl in range(1, split_k):
+                total += tl.load(part + sl * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _w4_finish(total, Bias, Out, rows, cols, mask, N)
+            tl.store(Cnt + tile, 0)
+    else:
+        _w4_finish(acc, Bias, Out, rows, cols, mask, N)
 
 
 @triton.jit
@@ -610,9 +799,11 @@ def dequantize_w8(weight: W8Weight, dtype: torch.dtype | None = None) -> torch.T
 class W4A16Config:
     """One launch: tile sizes, the number of K slices (1: no split-K), warps and pipeline depth.
 
-    swap_ab (int4 only): compute ``outᵀ = W · xᵀ``, the dequantised weight being the MMA's first operand
-    (the one Hopper's wgmma, and mma.sync, take from registers) and the rows of x its N dimension.
-    For int4, block_k is a multiple of 128 (whole packing blocks per loop step).
+    swap_ab (int4 tensor-core path only): compute ``outᵀ = W · xᵀ``, the dequantised weight being the MMA's
+    first operand (the one Hopper's wgmma, and mma.sync, take from registers) and the rows of x its N
+    dimension. gemv (int4 only): the CUDA-core kernel (``_w4_gemv_kernel``, no tl.dot) for a few rows of x;
+    block_m is then the rows of x per program (a power of two ≥ 1). For int4, block_k is a multiple of 128
+    (whole packing blocks per loop step).
     """
 
     block_m: int
@@ -622,14 +813,17 @@ class W4A16Config:
     num_warps: int
     num_stages: int
     swap_ab: bool = False
+    gemv: bool = False
 
 
 _H100_SMS = 132  # H100/H200 SXM; the device's own count is used when there is one
 
 # The GPU defaults for int4, by M: (largest M, block_m, block_n, block_k, num_warps, num_stages, swap_ab,
 # waves). waves > 0: split K so that the grid has about waves × SMs programs (each slice keeps at least
-# two 128-input blocks); 0: no split. Reasoned, not yet measured (see choose_config): update from the probe.
+# two 128-input blocks); 0: no split. block_m 0 marks the CUDA-core GEMV kernel (block_m: M rounded up to a
+# power of two). Reasoned, not yet measured (see choose_config): update from .dev/w4_probe2.py.
 W4_GPU_TABLE: tuple[tuple[int, int, int, int, int, int, bool, int], ...] = (
+    (4, 0, 64, 512, 4, 1, False, 4),
     (16, 16, 64, 256, 4, 4, True, 4),
     (64, 64, 128, 128, 4, 3, True, 2),
     (2**62, 128, 256, 128, 8, 3, True, 0),
@@ -638,6 +832,7 @@ W8_GPU_TABLE: tuple[tuple[int, int, int, int, int, int, bool, int], ...] = (
     (16, 16, 64, 128, 4, 4, False, 2),
     (2**62, 128, 128, 64, 8, 3, False, 0),
 )
+GEMV_MAX_M = 8  # the GEMV kernel keeps BLOCK_M × BLOCK_N × 16 fp32 sums per program: few rows only
 
 
 def _split_for(tiles: int, k_units: int, waves: int, min_units: int, sm_count: int) -> int:
@@ -649,31 +844,53 @@ def _split_for(tiles: int, k_units: int, waves: int, min_units: int, sm_count: i
 def choose_config(
     m: int, n: int, k: int, *, sm_count: int = _H100_SMS, interpret: bool = INTERPRET, bits: int = 4
 ) -> W4A16Config:
-    """The launch for an ``[m, k] @ [k, n]`` product: deterministic, so tests can pin what runs.
+    """The launch for an ``[m, k] @ [k, n]`` product: deterministic, so tests can pin what runs (cached).
 
     On a GPU, the row of ``W4_GPU_TABLE`` (``W8_GPU_TABLE`` for ``bits=8``) for the smallest M bound
     ≥ m, with the split count worked out from the grid. Reasoned for Hopper, not measured:
-    - M ≤ 16 (decode, bound by reading the weights): swapped, the weight as the register A operand of
-      wgmma m64n16k16 (x's ≤ 16 rows padded to the 16-wide N side), 64 output channels × 256 inputs
-      per step (8 KiB of int4 words per stage, the x slices are a few KiB and L2-resident), 4 stages, and
-      split-K to about 4 programs per SM, so that many loads are in flight on every SM.
+    - M ≤ 4 (decode, bound by reading the weights): the CUDA-core GEMV kernel, 64 outputs × 512 inputs per
+      step (16 KiB of int4 words per program and step, all loads issued before their use), 4 warps, split-K
+      to about 4 programs per SM. block_n = 16 × num_warps (2 rows of words per thread): with more rows per
+      thread, Triton 3.6 gives the loop a layout conversion through shared memory. It is bound by issue
+      as much as by memory: the sm_90 SASS has ~5.7 instructions per weight at M = 1 (≈ 10 µs of issue
+      for 14336 × 4096 on 132 SMs, against ≈ 8 µs to read the weight) and ~13 at M = 4 (≈ 23 µs), so
+      beyond a few rows the tensor-core path wins; where exactly is for the probe to say.
+    - 4 < M ≤ 16: swapped tensor-core path, the weight as the register A operand of wgmma m64n16k16 (x's
+      ≤ 16 rows padded to the 16-wide N side), 64 output channels × 256 inputs per step, 4 stages, split-K
+      to about 4 programs per SM.
     - 16 < M ≤ 64: the same swapped form with 64-row tiles of x, 2 waves.
     - M > 64: 256 output channels × 128 rows of x per tile, swapped (wgmma m64n128k16 with the dequantised
       weight as the register operand, xᵀ from shared memory: the weight tile is never written to shared
       memory), 8 warps, 3 stages.
-    In the interpreter: small tiles, so that the CPU run stays short while still crossing several tiles.
+    In the interpreter: small tiles, so that the CPU run stays short while still crossing several tiles
+    (the GEMV kernel for M ≤ 4 there too).
     """
+    return _choose_config(m, n, k, sm_count, interpret, bits)
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose_config(m: int, n: int, k: int, sm_count: int, interpret: bool, bits: int) -> W4A16Config:
     if interpret:
         block_k = 128 if bits == 4 else 32
+        if bits == 4 and m <= 4:
+            split = max(1, min(3, k // block_k))
+            return W4A16Config(_pow2_at_least(m), 32, block_k, split, 4, 1, False, True)
         if m <= SMALL_M:
             split = max(1, min(4, k // block_k))
             return W4A16Config(16, 32, block_k, split, 4, 1, bits == 4)
         return W4A16Config(32, 32, block_k, 1, 4, 1)
     table = W4_GPU_TABLE if bits == 4 else W8_GPU_TABLE
     max_m, bm, bn, bk, nw, ns, swap, waves = next(row for row in table if m <= row[0])
+    gemv = bm == 0
+    if gemv:
+        bm = _pow2_at_least(m)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = _split_for(tiles, k // bk, waves, 2 if bits == 4 and bk == 128 else 1, sm_count)
-    return W4A16Config(bm, bn, bk, split, nw, ns, swap)
+    return W4A16Config(bm, bn, bk, split, nw, ns, swap, gemv)
+
+
+def _pow2_at_least(m: int) -> int:
+    return 1 << max(0, m - 1).bit_length()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -682,11 +899,13 @@ def choose_config(
 
 
 def _check_activations(x: torch.Tensor, shape: tuple[int, int], bias: torch.Tensor | None, tensors, names) -> None:
+    """Pure attribute checks on the common path; ``check_device`` (which builds messages) only when the
+    tensors are not all on x's CUDA device."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in ACTIVATION_DTYPES:
         raise TypeError(f"x dtype {x.dtype} is not supported: use one of {list(ACTIVATION_DTYPES)}")
-    if x.dim() < 1:
+    if x.ndim < 1:
         raise ValueError("x must have at least one dimension, [..., in_features]")
     n, k = shape
     if x.shape[-1] != k:
@@ -695,19 +914,35 @@ def _check_activations(x: torch.Tensor, shape: tuple[int, int], bias: torch.Tens
         if bias.shape != (n,):
             raise ValueError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
         tensors, names = (*tensors, bias), (*names, "bias")
+    device = x.device
+    if device.type == "cuda" and not INTERPRET and all(t.device == device for t in tensors):
+        return
     check_device(x, *tensors, names=("x", *names))
 
 
 def _check_config(cfg: W4A16Config, bits: int) -> None:
-    # tl.dot needs power-of-two tiles of at least 16
+    # tl.dot needs power-of-two tiles of at least 16; the GEMV kernel power-of-two tiles of any size
+    low = 1 if cfg.gemv else 16
     for name in ("block_m", "block_n", "block_k"):
         value = getattr(cfg, name)
-        if value < 16 or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two ≥ 16, got {value} in {cfg}")
+        if value < low or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two ≥ {low}, got {value} in {cfg}")
     if bits == 4 and cfg.block_k % PACK_BLOCK:
         raise ValueError(f"block_k must be a multiple of the packing block {PACK_BLOCK} for int4, got {cfg}")
+    if cfg.gemv and bits != 4:
+        raise ValueError(f"the GEMV kernel is int4 only, got {cfg}")
     if cfg.split_k < 1 or cfg.num_warps < 1 or cfg.num_stages < 1:
         raise ValueError(f"split_k, num_warps and num_stages must be ≥ 1, got {cfg}")
+
+
+def _empty_product(x, bias, m, n, k, lead):
+    """The output when there is nothing to multiply (M, N or K zero)."""
+    out = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    if k == 0 and m and n:
+        out.zero_()
+        if bias is not None:
+            out += bias.to(out.dtype)
+    return out.reshape(*lead, n)
 
 
 def _prepare(x, bias, n, k):
@@ -715,15 +950,9 @@ def _prepare(x, bias, n, k):
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    out = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    if m == 0 or n == 0:
-        return None, out.reshape(*lead, n), lead
-    if k == 0:
-        out.zero_()
-        if bias is not None:
-            out += bias.to(out.dtype)
-        return None, out.reshape(*lead, n), lead
-    return x2, out, lead
+    if m == 0 or n == 0 or k == 0:
+        return None, _empty_product(x, bias, m, n, k, lead), lead
+    return x2, torch.empty((m, n), device=x.device, dtype=x.dtype), lead
 
 
 def _reduce(target, bias, out, split):
@@ -736,52 +965,115 @@ def _reduce(target, bias, out, split):
 
 
 def _device_context(x):
-    return torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+    """A ``torch.cuda.device`` guard only when x is not on the current device (the guard costs host time)."""
+    device = x.device
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
 
 
-def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.Tensor:
-    n, k = weight.shape
-    x2, out, lead = _prepare(x, bias, n, k)
-    if x2 is None:
-        return out
-    m = x2.shape[0]
-    cfg = config or choose_config(m, n, k, sm_count=multiprocessor_count(x.device, _H100_SMS))
+# Split-K workspaces, per (device, stream): fp32 partial sums and int32 arrival counters. The counters are
+# zeroed once, when allocated, and every launch leaves them at 0 (the last program of each tile resets its
+# counter), so a launch needs no memset. Per stream, because two launches that run at the same time must
+# not share counters. Buffers that were outgrown are kept (in _RETIRED), so that a CUDA graph captured
+# with them never points at freed memory. Not safe: one stream used from several host threads at once.
+_WORKSPACES: dict[tuple[str, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+_RETIRED: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+
+def _workspace(device: torch.device, partials: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if device.type == "cuda":
+        key = ("cuda", device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    else:
+        key = (device.type, -1, 0)
+    ws = _WORKSPACES.get(key)
+    if ws is not None and ws[0].numel() >= partials and ws[1].numel() >= tiles:
+        return ws
+    if ws is not None:
+        _RETIRED.append(ws)
+        partials, tiles = max(partials, 2 * ws[0].numel()), max(tiles, 2 * ws[1].numel())
+    ws = (
+        torch.empty(max(partials, 1 << 16), device=device, dtype=torch.float32),
+        torch.zeros(max(tiles, 1 << 12), device=device, dtype=torch.int32),
+    )
+    _WORKSPACES[key] = ws
+    return ws
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_w4(cfg: W4A16Config, m: int, n: int, k: int) -> tuple[tuple[int, int, int], int, int, int, int]:
+    """(grid, split, blocks per split, k_main, tail words) of an int4 launch; slices are whole loop steps of
+    block_k inputs (the kernels mask the blocks of a last, partial step) and none is empty."""
     _check_config(cfg, 4)
     k_main, tail_words = _block_split(k)
-    # slices are whole loop steps of block_k inputs (the kernel masks the blocks of a last, partial step)
     per_step = cfg.block_k // PACK_BLOCK
     blocks = k_main // PACK_BLOCK
     steps = triton.cdiv(blocks, per_step)
     blocks_per_split = triton.cdiv(steps, min(cfg.split_k, max(steps, 1))) * per_step
     split = max(1, triton.cdiv(blocks, blocks_per_split)) if blocks else 1
-    target = out if split == 1 else torch.empty((split, m, n), device=x.device, dtype=torch.float32)
-    stride_os = target.stride(0) if split > 1 else 0
+    if cfg.gemv:
+        grid = (triton.cdiv(n, cfg.block_n), split, triton.cdiv(m, cfg.block_m))
+    else:
+        grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
+    return grid, split, blocks_per_split, k_main, tail_words
+
+
+def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.Tensor:
+    """One kernel launch and one ``torch.empty`` (the output) per call; the split-K workspace is cached."""
+    n, k = weight.shape
+    x2 = x if x.ndim == 2 else x.reshape(-1, k)
+    m = x2.shape[0]
+    if m == 0 or n == 0 or k == 0:
+        return _empty_product(x, bias, m, n, k, x.shape[:-1])
+    device = x.device
+    cfg = config or _choose_config(m, n, k, multiprocessor_count(device, _H100_SMS), INTERPRET, 4)
+    grid, split, blocks_per_split, k_main, tail_words = _plan_w4(cfg, m, n, k)
+    out = torch.empty((m, n), device=device, dtype=x.dtype)
+    if split > 1:
+        part, cnt = _workspace(device, split * m * n, grid[0] * grid[1] * grid[2] // split)
+    else:
+        part = cnt = None
+    sz = weight.scale_zero
+    if cfg.gemv:
+        if sz is not None:  # [K // group, N] int32
+            s, z, sz_mode = sz, None, 0 if weight.scales.dtype == torch.float16 else 1
+            stride_sg, stride_sn = sz.stride()
+            stride_zn = stride_zg = 0
+        else:
+            s, z, sz_mode = weight.scales, weight.zeros, 2
+            stride_sn, stride_sg = s.stride()
+            stride_zn, stride_zg = z.stride() if z is not None else (0, 0)
+        _w4_gemv_kernel[grid](
+            x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
+            *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg,
+            GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1,
+            SZ=sz_mode, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+        return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
     if x.dtype == torch.float32:
         deq = 2
-    elif weight.scale_zero is not None and weight.scales.dtype == x.dtype:
+    elif sz is not None and weight.scales.dtype == x.dtype:
         deq = 0
     else:
         deq = 1
-    magic = 0x6400 if x.dtype == torch.float16 else 0x4300
     if deq == 0:  # the combined int32 words, [K // group, N]
-        s, z = weight.scale_zero.t(), None
+        s, z = sz, None
+        stride_sg, stride_sn = sz.stride()
+        stride_zn = stride_zg = 0
     else:
         s, z = weight.scales, weight.zeros
-    stride_zn, stride_zg = z.stride() if z is not None else (0, 0)
-    block_m, block_n = cfg.block_m, cfg.block_n
-    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split)
-    with _device_context(x):
-        _w4a16_kernel[grid](
-            x2, weight.packed, s, z, bias if split == 1 else None, target, m, n, k, k_main, blocks_per_split,
-            x2.stride(0), x2.stride(1), *weight.packed.stride(), *s.stride(), stride_zn, stride_zg,
-            stride_os, target.stride(-2), target.stride(-1),
-            GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT_K=split, DEQ=deq,
-            MAGIC=magic, SWAP_AB=cfg.swap_ab, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=cfg.block_k,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
-        if split > 1:
-            _reduce(target, bias, out, split)
-    return out.reshape(*lead, n)
+        stride_sn, stride_sg = s.stride()
+        stride_zn, stride_zg = z.stride() if z is not None else (0, 0)
+    _w4a16_kernel[grid](
+        x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
+        *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg,
+        GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1, DEQ=deq,
+        MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300, SWAP_AB=cfg.swap_ab,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
 
 
 def _launch_w8(x, weight: W8Weight, bias, config: W4A16Config | None) -> torch.Tensor:
@@ -826,16 +1118,27 @@ def matmul(
         x: ``[..., K]`` float16 or bfloat16 (float32: exact IEEE mode, for tests); any leading dims, any M.
         weight: a ``W4Weight`` from ``quantize`` of an ``[N, K]`` weight, on x's device.
         bias: ``[N]`` or None; added in fp32 before the output is rounded.
-        config: pin a launch (``choose_config`` otherwise); ``split_k > 1`` takes the split-K path.
+        config: pin a launch (``choose_config`` otherwise); ``split_k > 1`` splits K, ``gemv`` picks the
+            CUDA-core kernel.
 
-    Returns: ``[..., N]`` in x's dtype. The dequantised weight is rounded to x's dtype before the product
-    (fp32 accumulation), as ``x @ dequantize(weight, x.dtype).T`` would.
+    Returns: ``[..., N]`` in x's dtype. Tensor-core path: the dequantised weight is rounded to x's dtype
+    before the product (fp32 accumulation), as ``x @ dequantize(weight, x.dtype).T`` would. GEMV path
+    (``config.gemv``, the default for M ≤ 4): the weight is not rounded to 16 bits; ``(q − z)·x`` is exact
+    in fp32, summed per group in fp32 and scaled by the group's scale (no more error than the former).
+    Split-K is deterministic (fixed summation order) and runs in one launch.
     Raises ``TypeError``/``ValueError`` for unsupported dtypes, devices or shapes.
     """
     if not isinstance(weight, W4Weight):
         raise TypeError(f"weight must be a W4Weight from quantize(), got {type(weight).__name__}")
-    tensors = (weight.packed, weight.scales) + ((weight.zeros,) if weight.zeros is not None else ())
-    _check_activations(x, weight.shape, bias, tensors, ("packed", "scales", "zeros")[: len(tensors)])
+    if weight.zeros is not None:
+        tensors, names = (weight.packed, weight.scales, weight.zeros), ("packed", "scales", "zeros")
+    else:
+        tensors, names = (weight.packed, weight.scales), ("packed", "scales")
+    _check_activations(x, weight.shape, bias, tensors, names)
+    device = x.device
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return _launch_w4(x, weight, bias, config)
     return _launch_w4(x, weight, bias, config)
 
 
