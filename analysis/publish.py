@@ -68,6 +68,22 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
             "--allow-mixed, which records the rows and code changes per commit)"
         )
 
+    # the W4A16/MoE rows, where they ran: their own counts and commits (checked before anything is written)
+    all_shas, ops_summary = list(shas), {}
+    if (src / "ops.csv").is_file():
+        from analysis import ops_tables
+
+        ops = ops_tables.read_rows([src / "ops.csv"])
+        ops_per_sha = ops["git_sha"].dropna().astype(str).value_counts()
+        ops_summary = {
+            "rows": int(len(ops)),
+            "statuses": {k: int(v) for k, v in ops["status"].value_counts().items()},
+            "rows_per_commit": {sha: int(n) for sha, n in ops_per_sha.items()},
+        }
+        all_shas += [sha for sha in ops_per_sha.index if sha not in all_shas]
+    if len(all_shas) > 1 and not allow_mixed:
+        raise ValueError(f"{src / 'ops.csv'} and {table} mix results of several commits {all_shas}; see --allow-mixed")
+
     out = dest / gpu
     if out.exists():
         shutil.rmtree(out)
@@ -115,9 +131,12 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         "environment": json.loads(env_json.read_text()),
         "files": {str(d.relative_to(out)): _sha256(d) for d in sorted(copies.values())},
     }
+    if ops_summary:
+        manifest["ops"] = ops_summary
     if len(shas) > 1:
         manifest["rows_per_commit"] = {sha: int(per_sha[sha]) for sha in shas}
-        manifest["measured_code_changes"] = measured_code_diff(shas)
+    if len(all_shas) > 1:
+        manifest["measured_code_changes"] = measured_code_diff(all_shas)
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out
 

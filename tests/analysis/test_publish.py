@@ -82,3 +82,33 @@ def test_measured_code_diff_asks_git_about_the_measured_code_only(monkeypatch):
     assert publish.measured_code_diff([SHA_A, SHA_B]) == {"aaaaaaaaaaaa..bbbbbbbbbbbb": ["kernels/attention/decode.py"]}
     assert calls[0][:5] == ["git", "diff", "--name-only", SHA_A, SHA_B]
     assert calls[0][6:] == publish.MEASURED_CODE
+
+
+def _ops_row(sha: str, **over) -> dict:
+    from analysis import ops_tables
+
+    r = {c: math.nan for c in ops_tables.COLUMNS}
+    r.update(experiment="moe", family="moe", op="grouped-gemm", impl="ours-grouped", dtype="bfloat16", model="qwen",
+             stage="total", status="ok", message="", timed=True, gpu="h200", git_sha=sha, kernel_config="")  # fmt: skip
+    r.update(over)
+    return r
+
+
+def test_ops_rows_are_counted_per_commit_and_their_commits_are_mixed_in(tmp_path, monkeypatch):
+    """ops.csv is copied, its rows and commits go into the manifest, and a commit of the ops rows alone
+    makes the results mixed: refused unless allowed, then its measured-code changes are recorded."""
+    from analysis import ops_tables
+
+    res = _results(tmp_path, [_row(SHA_A)])
+    ops_tables.write_rows([_ops_row(SHA_B), _ops_row(SHA_B, impl="torch-grouped-mm", status="unsupported")],
+                          res / "h200" / "ops.csv")  # fmt: skip
+    with pytest.raises(ValueError, match="several commits"):
+        publish.publish("h200", res, tmp_path / "ref")
+    assert not (tmp_path / "ref" / "h200").exists()  # refused before anything was written
+    monkeypatch.setattr(publish, "measured_code_diff", lambda shas, repo=None: {"a..b": ["kernels/moe/ffn.py"]})
+    out = publish.publish("h200", res, tmp_path / "ref", allow_mixed=True)
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["ops"] == {"rows": 2, "statuses": {"ok": 1, "unsupported": 1}, "rows_per_commit": {SHA_B: 2}}
+    assert "rows_per_commit" not in manifest  # the attention rows are of one commit
+    assert manifest["measured_code_changes"] == {"a..b": ["kernels/moe/ffn.py"]}
+    assert (out / "ops.csv").read_bytes() == (res / "h200" / "ops.csv").read_bytes()
