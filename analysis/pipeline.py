@@ -171,7 +171,7 @@ def render_report(
     comparison_dir: str | Path | None = None,
 ) -> Path:
     """Render the HTML report. ``gpus``: dicts with slug, source, table, environment, figures_dir."""
-    from analysis import report
+    from analysis import ops_tables, report
     from analysis.provenance import git_sha, now_utc
 
     sections = []
@@ -188,6 +188,7 @@ def render_report(
                 "provenance": json.loads(Path(g["environment"]).read_text()),
                 "figures": manifest,
                 "table": tables.read_rows([g["table"]]),
+                "ops_table": ops_tables.read_rows([g["ops_table"]]) if g.get("ops_table") else None,
             }
         )
     checks = tables.read_rows([checks_csv]) if checks_csv else None

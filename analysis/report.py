@@ -91,10 +91,11 @@ def status_summary(df: pd.DataFrame) -> pd.DataFrame:
     return counts.reset_index()
 
 
-def failures(df: pd.DataFrame) -> pd.DataFrame:
-    """Every row whose status is not ``ok``, with the message saying why."""
+def failures(df: pd.DataFrame, ops: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every row whose status is not ``ok``, with the message saying why: attention rows, then the rows of
+    the W4A16/MoE table ``ops`` (their shape is the layer and M, or the tokens and routing)."""
     bad = df[df["status"] != "ok"]
-    return pd.DataFrame(
+    out = pd.DataFrame(
         {
             "experiment": bad["experiment"],
             "impl": bad["impl"],
@@ -104,7 +105,24 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
             "status": bad["status"],
             "message": bad["message"],
         }
-    ).reset_index(drop=True)
+    )
+    if ops is not None and not ops.empty:
+        bad = ops[ops["status"] != "ok"]
+        shape = [_ops_shape(r) for r in bad.to_dict("records")]
+        out = pd.concat([out, pd.DataFrame({"experiment": bad["experiment"], "impl": bad["impl"],
+                                            "dtype": bad["dtype"], "mode": "fwd", "shape": shape,
+                                            "status": bad["status"], "message": bad["message"]})])  # fmt: skip
+    return out.reset_index(drop=True)
+
+
+def _ops_shape(row) -> str:
+    def part(key):
+        v = pd.to_numeric(row.get(key), errors="coerce")
+        return "?" if pd.isna(v) else str(int(v))
+
+    if row.get("experiment") == "moe":
+        return f"{row.get('model')} {part('tokens')} tokens, {row.get('routing')} routing, stage {row.get('stage')}"
+    return f"{row.get('model')} M={part('m')} N={part('n')} K={part('k')}"
 
 
 def throughput_summary(df: pd.DataFrame, mode: str = "fwd") -> pd.DataFrame:
@@ -207,6 +225,10 @@ def _value_text(v) -> str:
 def _gpu(g: dict) -> dict:
     table = g.get("table")
     table = table if table is not None else pd.DataFrame()
+    ops = g.get("ops_table")  # the W4A16/MoE rows, counted and listed with the attention rows
+    keys = ["experiment", "impl", "status"]
+    frames = [t[keys] for t in (table, ops) if t is not None and not t.empty]
+    both = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     provenance = g.get("provenance") or {}
     return {
         "slug": g["slug"],
@@ -215,8 +237,8 @@ def _gpu(g: dict) -> dict:
         "provenance": [(str(k), _value_text(v)) for k, v in provenance.items()],
         "sections": figure_sections(g.get("figures") or []),
         "throughput": _throughput(table),
-        "status": _table(status_summary(table)) if not table.empty else None,
-        "failures": _table(failures(table)) if not table.empty else None,
+        "status": _table(status_summary(both)) if not both.empty else None,
+        "failures": _table(failures(table, ops)) if not both.empty else None,
     }
 
 

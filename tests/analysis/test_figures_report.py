@@ -296,3 +296,29 @@ def test_report_content(html):
     for caption in ("attention_tflops.rst", "attention_speedup.rst", "attention_memory.rst"):
         first_words = " ".join((report.CAPTIONS / caption).read_text().split()[:6])
         assert first_words in html
+
+
+def test_failures_and_status_include_the_ops_rows(table):
+    """The W4A16/MoE rows that did not finish are listed beside the attention ones, with their own shape."""
+    import math
+
+    from analysis import ops_tables
+
+    def ops_row(**over):
+        r = {c: math.nan for c in ops_tables.COLUMNS}
+        r.update(experiment="moe", family="moe", op="moe-layer", impl="gather-moe", dtype="bfloat16", model="qwen",
+                 tokens=4096, routing="zipf", stage="total", status="unsupported", message="above the <cap>",
+                 timed=True, gpu="h200")  # fmt: skip
+        r.update(over)
+        return r
+
+    ops = ops_tables.to_frame([ops_row(), ops_row(impl="ours-moe", status="ok", message=""),
+                               ops_row(experiment="w4a16", impl="ours-w4a16", model="llama3-8b-up", m=16, n=14336,
+                                       k=4096, status="mismatch", message="off")])  # fmt: skip
+    bad = report.failures(table, ops)
+    tail = bad[bad["experiment"].isin(["moe", "w4a16"])]
+    assert list(tail["shape"]) == ["qwen 4096 tokens, zipf routing, stage total", "llama3-8b-up M=16 N=14336 K=4096"]
+    assert len(bad) == len(report.failures(table)) + 2
+    both = pd.concat([table[["experiment", "impl", "status"]], ops[["experiment", "impl", "status"]]])
+    counts = report.status_summary(both).set_index(["experiment", "impl"])
+    assert counts.loc[("moe", "gather-moe"), "unsupported"] == 1 and counts.loc[("moe", "ours-moe"), "ok"] == 1

@@ -47,6 +47,7 @@ rule report:
         ],
         comparison=lambda w: [comparison_dir()] if comparison_dir() else [],
         ops_figures=lambda w: [f"{RESULTS}/report/ops/{g}" for g in ops_gpus()],
+        ops_tables=lambda w: [ops_path(g) for g in ops_gpus()],
     output:
         config["report"],
     log:
@@ -67,6 +68,7 @@ rule report:
                 ops_figures_dir=(
                     f"{RESULTS}/report/ops/{g}" if g in ops_gpus() else None
                 ),
+                ops_table=ops_path(g),
             )
             for g in report_gpus()
         ],
