@@ -267,23 +267,23 @@ def _measured(ctx: Context, fn: Callable[[str], Verdict], needs: str, optional: 
         if optional:
             return []
         raise Untestable(f"no measured results on any GPU ({needs})")
-    out = []
-    for gpu in sorted(ctx.tables):
-        try:
-            out.append(fn(gpu))
-        except Untestable as exc:
-            out.append(Verdict("untestable", "", str(exc), ctx.paths[gpu], gpu=gpu))
-    return out
+    return _per_gpu(ctx.tables, ctx.paths, fn)
 
 
 def _measured_traffic(ctx: Context, fn: Callable[[str], Verdict]) -> list[Verdict]:
     """Per-GPU verdicts from the Nsight Compute traffic tables; none where there are none."""
+    return _per_gpu(ctx.traffic, ctx.traffic_paths, fn)
+
+
+def _per_gpu(tables: dict, paths: dict[str, str], fn: Callable[[str], Verdict]) -> list[Verdict]:
+    """``fn(gpu)`` for every GPU of ``tables``, in name order; an ``Untestable`` it raises becomes that GPU's
+    untestable verdict, with the reason and the GPU's file in ``paths`` as the evidence."""
     out = []
-    for gpu in sorted(ctx.traffic):
+    for gpu in sorted(tables):
         try:
             out.append(fn(gpu))
         except Untestable as exc:
-            out.append(Verdict("untestable", "", str(exc), ctx.traffic_paths[gpu], gpu=gpu))
+            out.append(Verdict("untestable", "", str(exc), paths[gpu], gpu=gpu))
     return out
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from analysis.audit import Claim, Context, Untestable, Verdict, _span, evaluator, within
+from analysis.audit import Claim, Context, Untestable, Verdict, _per_gpu, _span, evaluator, within
 
 FAR = 3.0  # "far slower" judged as at least this many times slower
 SMALL_M = 16  # decoding row counts, where a layer is bound by reading its weights
@@ -24,13 +24,7 @@ def _measured_ops(ctx: Context, fn: Callable[[str], Verdict], needs: str) -> lis
             f"no W4A16/MoE results on any GPU ({needs}): the ops experiments run on a GPU node "
             "(workflow/rules/ops.smk) or come with shipped reference results (reports/reference/<gpu>/ops.csv)"
         )
-    out = []
-    for gpu in sorted(ctx.ops):
-        try:
-            out.append(fn(gpu))
-        except Untestable as exc:
-            out.append(Verdict("untestable", "", str(exc), ctx.ops_paths[gpu], gpu=gpu))
-    return out
+    return _per_gpu(ctx.ops, ctx.ops_paths, fn)
 
 
 def _pair_ops(rows: pd.DataFrame, keys: list[str], a: str, b: str) -> pd.DataFrame:
