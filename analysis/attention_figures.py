@@ -10,18 +10,16 @@ a note under the figure, with their status, and the returned table keeps them wi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from analysis import figures
 from analysis.figures import (
     _ID,
     BASELINE,
-    DPI,
     DTYPE_ORDER,
     OURS,
     NoDataError,
@@ -51,10 +49,7 @@ FA1 = "ours-fa1"
 
 def _save(fig, out_png, note: str = "") -> None:
     _note(fig, note)
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
+    figures._save(fig, out_png)
 
 
 def _with_failed(drawn: pd.DataFrame, bad: pd.DataFrame, cols: list[str]) -> pd.DataFrame:

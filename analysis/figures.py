@@ -229,9 +229,22 @@ def _facets(g: sns.FacetGrid, d: pd.DataFrame):
         yield ax, d[(d["dtype"] == dtype) & (d["panel"] == panel)]
 
 
-def _title(d: pd.DataFrame, what: str) -> str:
+def _gpu_label(d: pd.DataFrame) -> str:
+    """The GPU a figure's rows come from, for its title: the recorded name, else the type, else "GPU"."""
     names = d["gpu_name"].dropna().unique()
-    gpu = str(names[0]) if len(names) else str(next(iter(d["gpu"].dropna().unique()), "GPU"))
+    return str(names[0]) if len(names) else str(next(iter(d["gpu"].dropna().unique()), "GPU"))
+
+
+def _save(fig, out_png) -> None:
+    """Write ``fig`` to ``out_png`` (its folder created) and close it."""
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _title(d: pd.DataFrame, what: str) -> str:
+    gpu = _gpu_label(d)
     # Name what the facets and the x-axis leave fixed: batch and heads themselves when constant,
     # else the products the FlashAttention-2 setting keeps fixed (tokens per batch, hidden size).
     setting = []
@@ -253,10 +266,7 @@ def _finish(g: sns.FacetGrid, title: str, xlabel: str, ylabel: str, legend: dict
     g.figure.suptitle(title, fontweight="bold")
     # Room for the title above the column titles, in inches so it holds for any number of rows.
     g.figure.subplots_adjust(top=1 - 0.55 / g.figure.get_figheight())
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    g.figure.savefig(out_png, dpi=DPI, bbox_inches="tight")
-    plt.close(g.figure)
+    _save(g.figure, out_png)
 
 
 @contextmanager
@@ -574,10 +584,7 @@ def gpu_comparison(df: pd.DataFrame, out_png) -> pd.DataFrame:
                 label.set_horizontalalignment("right")
         g.figure.suptitle("GPU types side by side: forward throughput, FlashAttention-2 setting", fontweight="bold")
         g.figure.subplots_adjust(top=1 - 0.55 / g.figure.get_figheight())
-        out_png = Path(out_png)
-        out_png.parent.mkdir(parents=True, exist_ok=True)
-        g.figure.savefig(out_png, dpi=DPI, bbox_inches="tight")
-        plt.close(g.figure)
+        _save(g.figure, out_png)
     cols = ["gpu", "gpu_name", "dtype", "head_dim", "causal", "impl", "batch", "heads", "seqlen_q", "ms_median",
             "tflops", "peak_tflops", "fraction_of_peak", "kernel_config"]  # fmt: skip
     return d[cols].sort_values(["dtype", "head_dim", "causal", "impl", "gpu"]).reset_index(drop=True)

@@ -19,7 +19,6 @@ draw becomes a skip entry with the reason.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -29,7 +28,7 @@ import seaborn as sns
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from analysis import figures
-from analysis.figures import DPI, NoDataError, _theme
+from analysis.figures import NoDataError, _gpu_label, _save, _theme
 
 matplotlib.use("Agg")
 
@@ -44,6 +43,7 @@ GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
 STAGE_COLOURS = {"routing": "#8c564b", "dispatch": "#1f77b4", "gemm": "#d62728", "combine": "#2ca02c"}
 _COLOURS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, sns.color_palette("colorblind", 13), strict=True))
 _MARKERS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, "oDsv^" * 3, strict=False))
+_THICK = {"ours-w4a16", "ours-moe", "ours-grouped"}  # the line of our kernel in each figure
 
 
 def prepare(df: pd.DataFrame, family: str) -> pd.DataFrame:
@@ -59,17 +59,9 @@ def prepare(df: pd.DataFrame, family: str) -> pd.DataFrame:
 
 
 def _title(d: pd.DataFrame, what: str) -> str:
-    names = d["gpu_name"].dropna().unique()
-    gpu = str(names[0]) if len(names) else str(next(iter(d["gpu"].dropna().unique()), "GPU"))
+    gpu = _gpu_label(d)
     dtypes = ", ".join(sorted(map(str, d["dtype"].dropna().unique())))
     return f"{gpu}: {what}" + (f" ({dtypes})" if dtypes else "")
-
-
-def _save(fig, out_png) -> None:
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _log2_axis(ax, values) -> None:
@@ -93,6 +85,37 @@ def _shape_label(r) -> str:
     return f"{r['model']} ({int(r['k'])}→{int(r['n'])})"
 
 
+def _finish(fig, axes, title: str, out_png) -> None:
+    """The legend beside the last panel, the title, and the PNG."""
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle(title, fontweight="bold")
+    fig.tight_layout()
+    _save(fig, out_png)
+
+
+def _line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str], x: str, value: str,
+                 labels: tuple[str, str], what: str, out_png, width: float = 4.0, mark=None) -> None:  # fmt: skip
+    """One panel per value of column ``panel`` (in the order of ``panels``): ``value`` against ``x`` on a log2
+    axis, a line per implementation of ``order`` present (ours thicker), axes labelled ``labels`` (x, y) and
+    the figure titled ``what``; ``mark(ax, rows)`` adds what a panel has besides (a reference line, a log
+    y-axis)."""
+    with _theme():
+        fig, axes = _panels(len(panels), width=width)
+        for ax, name in zip(axes, panels, strict=True):
+            s = d[d[panel] == name]
+            for impl in [i for i in order if i in set(s["impl"])]:
+                line = s[s["impl"] == impl].sort_values(x)
+                ax.plot(line[x], line[value], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
+                        linewidth=2.4 if impl in _THICK else 1.4)  # fmt: skip
+            if mark is not None:
+                mark(ax, s)
+            _log2_axis(ax, s[x])
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel(labels[0])
+            ax.set_ylabel(labels[1])
+        _finish(fig, axes, _title(d, what), out_png)
+
+
 def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """Speed-up over bf16 F.linear against M, per layer shape (see the module docstring)."""
     d = prepare(df, "quant")
@@ -104,23 +127,12 @@ def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
     d["speedup"] = d["linear_ms"] / d["ms_median"]
     d["shape"] = [_shape_label(r) for r in d.to_dict("records")]
     shapes = list(dict.fromkeys(d.sort_values(["n", "k"])["shape"]))
-    with _theme():
-        fig, axes = _panels(len(shapes))
-        for ax, shape in zip(axes, shapes, strict=True):
-            s = d[d["shape"] == shape]
-            for impl in [i for i in QUANT_ORDER if i in set(s["impl"])]:
-                line = s[s["impl"] == impl].sort_values("m")
-                ax.plot(line["m"], line["speedup"], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
-                        linewidth=2.4 if impl == "ours-w4a16" else 1.4)  # fmt: skip
-            ax.axhline(1.0, color="black", linestyle="--", linewidth=1.0, label="bf16 F.linear = 1")
-            _log2_axis(ax, s["m"])
-            ax.set_title(shape, fontsize=9)
-            ax.set_xlabel("M (rows of x)")
-            ax.set_ylabel("speed-up over F.linear")
-        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-        fig.suptitle(_title(d, "weight-only quantised linear layers against bf16 F.linear"), fontweight="bold")
-        fig.tight_layout()
-        _save(fig, out_png)
+
+    def parity(ax, s):
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1.0, label="bf16 F.linear = 1")
+
+    _line_panels(d, "shape", shapes, QUANT_ORDER, "m", "speedup", ("M (rows of x)", "speed-up over F.linear"),
+                 "weight-only quantised linear layers against bf16 F.linear", out_png, mark=parity)  # fmt: skip
     cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "linear_ms",
             "speedup", "gbps", "max_abs_err", "quant_err", "kernel_config"]  # fmt: skip
     return d[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
@@ -136,26 +148,15 @@ def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
     lines = lines.assign(copy_gbps=lines["model"].map(copy), shape=[_shape_label(r) for r in lines.to_dict("records")])
     lines["fraction_of_copy"] = lines["gbps"] / lines["copy_gbps"]
     shapes = list(dict.fromkeys(lines.sort_values(["n", "k"])["shape"]))
-    with _theme():
-        fig, axes = _panels(len(shapes))
-        for ax, shape in zip(axes, shapes, strict=True):
-            s = lines[lines["shape"] == shape]
-            for impl in [i for i in QUANT_ORDER if i in set(s["impl"])]:
-                line = s[s["impl"] == impl].sort_values("m")
-                ax.plot(line["m"], line["gbps"], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
-                        linewidth=2.4 if impl == "ours-w4a16" else 1.4)  # fmt: skip
-            ceiling = s["copy_gbps"].dropna()
-            if len(ceiling):
-                ax.axhline(float(ceiling.iloc[0]), color="black", linestyle="--", linewidth=1.0,
-                           label="copy of the packed weight")  # fmt: skip
-            _log2_axis(ax, s["m"])
-            ax.set_title(shape, fontsize=9)
-            ax.set_xlabel("M (rows of x)")
-            ax.set_ylabel("GB/s on the weight bytes")
-        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-        fig.suptitle(_title(lines, "bandwidth on the weight bytes read"), fontweight="bold")
-        fig.tight_layout()
-        _save(fig, out_png)
+
+    def ceiling(ax, s):
+        copy = s["copy_gbps"].dropna()
+        if len(copy):
+            ax.axhline(float(copy.iloc[0]), color="black", linestyle="--", linewidth=1.0,
+                       label="copy of the packed weight")  # fmt: skip
+
+    _line_panels(lines, "shape", shapes, QUANT_ORDER, "m", "gbps", ("M (rows of x)", "GB/s on the weight bytes"),
+                 "bandwidth on the weight bytes read", out_png, mark=ceiling)  # fmt: skip
     cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "model_bytes",
             "gbps", "copy_gbps", "fraction_of_copy"]  # fmt: skip
     return lines[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
@@ -197,33 +198,15 @@ def moe_time_split(df: pd.DataFrame, out_png) -> pd.DataFrame:
             ax.set_ylabel("% of the layer's time")
             ax.set_ylim(0, 100)
             ax.set_title(panel, fontsize=9)
-        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-        fig.suptitle(_title(d, "where our MoE layer's time goes"), fontweight="bold")
-        fig.tight_layout()
-        _save(fig, out_png)
+        _finish(fig, axes, _title(d, "where our MoE layer's time goes"), out_png)
     return wide.drop(columns=["panel"]).sort_values(["model", "routing", "tokens"]).reset_index(drop=True)
 
 
 def _lines_vs_tokens(d: pd.DataFrame, order: list[str], value: str, ylabel: str, what: str, out_png) -> pd.DataFrame:
     d = d.assign(panel=[_moe_panel(r) for r in d.to_dict("records")])
     panels = list(dict.fromkeys(d.sort_values(["model", "routing"])["panel"]))
-    with _theme():
-        fig, axes = _panels(len(panels), width=3.8)
-        for ax, panel in zip(axes, panels, strict=True):
-            s = d[d["panel"] == panel]
-            for impl in [i for i in order if i in set(s["impl"])]:
-                line = s[s["impl"] == impl].sort_values("tokens")
-                ax.plot(line["tokens"], line[value], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
-                        linewidth=2.4 if impl.startswith("ours") else 1.4)  # fmt: skip
-            _log2_axis(ax, s["tokens"])
-            ax.set_yscale("log")
-            ax.set_title(panel, fontsize=9)
-            ax.set_xlabel("tokens")
-            ax.set_ylabel(ylabel)
-        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-        fig.suptitle(_title(d, what), fontweight="bold")
-        fig.tight_layout()
-        _save(fig, out_png)
+    _line_panels(d, "panel", panels, order, "tokens", value, ("tokens", ylabel), what, out_png, width=3.8,
+                 mark=lambda ax, s: ax.set_yscale("log"))  # fmt: skip
     cols = ["gpu", "gpu_name", "dtype", "model", "experts", "top_k", "k", "n", "routing", "impl", "tokens",
             "ms_median", "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err"]  # fmt: skip
     return d[cols].sort_values(["model", "routing", "impl", "tokens"]).reset_index(drop=True)

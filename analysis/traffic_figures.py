@@ -32,7 +32,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from analysis import figures, models, traffic
 
 # figures' look (palette, markers, theme, N axis) is shared so an implementation looks the same everywhere
-from analysis.figures import DPI, MARKERS, OURS, NoDataError, _colour, _impl_order, _log2_x, _theme
+from analysis.figures import MARKERS, OURS, NoDataError, _colour, _gpu_label, _impl_order, _log2_x, _save, _theme
 
 matplotlib.use("Agg")
 
@@ -113,21 +113,13 @@ def _reference_lines(p: pd.DataFrame) -> pd.DataFrame:
 
 
 def _title(p: pd.DataFrame, what: str) -> str:
-    names = p["gpu_name"].dropna().unique()
-    gpu = str(names[0]) if len(names) else str(next(iter(p["gpu"].dropna().unique()), "GPU"))
+    gpu = _gpu_label(p)
     fixed = []
     for col, label in (("batch", "B"), ("heads", "H"), ("dtype", "")):
         vals = p[col].dropna().unique()
         if len(vals) == 1:
             fixed.append(f"{label} = {int(vals[0])}" if label else str(vals[0]))
     return f"{gpu}: {what}" + (f" ({', '.join(fixed)})" if fixed else "")
-
-
-def _save(fig, out_png) -> None:
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _gb_axis(ax) -> None:
