@@ -99,31 +99,27 @@ def collect_ops(inputs, out_csv: str | Path) -> pd.DataFrame:
     """Concatenate the ops shards of a GPU into one table."""
     from analysis import ops_tables
 
-    df = ops_tables.read_rows(inputs)
-    ops_tables.write_frame(df, out_csv)
-    counts = df.groupby("status").size().to_dict() if len(df) else {}
-    log.info("collected %d ops rows from %d files into %s; statuses %s", len(df), len(list(inputs)), out_csv, counts)
-    return df
+    return _collect(ops_tables.read_rows, inputs, out_csv, "ops rows")
 
 
 def render_ops_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
     """Draw the W4A16 and MoE figures of one GPU's ops table, with their manifest."""
     from analysis import ops_figures, ops_tables
 
-    entries = ops_figures.render_all(ops_tables.read_rows([table_csv]), out_dir, table_source=str(table_csv))
-    for e in entries:
-        if e["reason"]:
-            log.info("figure %s skipped: %s", e["name"], e["reason"])
-    return entries
+    return _logged(ops_figures.render_all(ops_tables.read_rows([table_csv]), out_dir, table_source=str(table_csv)))
 
 
 def collect(inputs, out_csv: str | Path) -> pd.DataFrame:
     """Concatenate per-job result files into one table."""
-    df = tables.read_rows(inputs)
-    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_csv, index=False)
+    return _collect(tables.read_rows, inputs, out_csv, "rows")
+
+
+def _collect(read_rows, inputs, out_csv: str | Path, what: str) -> pd.DataFrame:
+    """``read_rows(inputs)`` written to ``out_csv`` (through a temporary file), with a line of its statuses."""
+    df = read_rows(inputs)
+    tables.write_frame(df, out_csv)
     counts = df.groupby("status").size().to_dict() if len(df) else {}
-    log.info("collected %d rows from %d files into %s; statuses %s", len(df), len(list(inputs)), out_csv, counts)
+    log.info("collected %d %s from %d files into %s; statuses %s", len(df), what, len(list(inputs)), out_csv, counts)
     return df
 
 
@@ -131,7 +127,11 @@ def render_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
     """Draw every figure for one GPU's table; writes ``manifest.json`` listing what was drawn or skipped."""
     from analysis import figures
 
-    entries = figures.render_all(tables.read_rows([table_csv]), out_dir, table_source=str(table_csv))
+    return _logged(figures.render_all(tables.read_rows([table_csv]), out_dir, table_source=str(table_csv)))
+
+
+def _logged(entries: list[dict]) -> list[dict]:
+    """A figure manifest's entries, each skipped figure logged with its reason."""
     for e in entries:
         if e["reason"]:
             log.info("figure %s skipped: %s", e["name"], e["reason"])
