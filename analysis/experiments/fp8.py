@@ -207,6 +207,10 @@ def _ceiling(spec: Spec, impl: str, base: dict, device, timed: bool) -> dict:
     message = f"{what}, {n}×{n}×{n}: this run's GEMM ceiling (the shape columns are the point's)"
     metrics: dict = {}
     try:
+        if impl == "fp8-mm" and device != "cpu":  # no FP8 tensor cores: TypeError, an unsupported row
+            from kernels.attention.fp8 import require_fp8_tensor_cores
+
+            require_fp8_tensor_cores(torch.cuda.get_device_capability(device), str(device))
         gen = torch.Generator(device=device).manual_seed(1)
         a = torch.randn((n, n), generator=gen, device=device)
         b = torch.randn((n, n), generator=gen, device=device)

@@ -10,15 +10,9 @@ import torch
 from analysis import tables
 from analysis.experiments import attention, fp8
 from analysis.experiments.spec import Spec
-from analysis.provenance import environment
 
 ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-rot",
              "ours-fp8-block-p1"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def env():
-    return environment()
 
 
 def test_parse_impl():
@@ -87,3 +81,13 @@ def test_speed_rows_on_cpu_are_gated_not_timed(env):
     fp8_rows = df[df["impl"].str.startswith("ours-fp8")]
     assert (fp8_rows["max_abs_err"] <= fp8_rows["err_bound"]).all()
     assert df[df["impl"] == "fp8-mm"]["message"].str.contains("_scaled_mm").all()
+
+
+def test_fp8_ceiling_is_unsupported_without_fp8_tensor_cores(env, monkeypatch):
+    """On a GPU of compute capability < 8.9 the fp8-mm row says why it was not measured (before any work)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    spec = Spec(experiment="fp8-speed", dtype="bfloat16", head_dim=32, causal=False, seqlens=[64], tokens=64,
+                hidden=32, impls=["fp8-mm"])  # fmt: skip
+    base = attention.base_row(spec, {}, True, batch=1, heads=1, heads_kv=1, seqlen_q=64, seqlen_k=64)
+    row = fp8._ceiling(spec, "fp8-mm", base, "cuda:0", True)
+    assert row["status"] == "unsupported" and "compute capability ≥ 8.9" in row["message"], row["message"]
