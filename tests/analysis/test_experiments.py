@@ -1,9 +1,10 @@
 """Every attention experiment's ``run()`` at tiny sizes, through Triton's interpreter on the CPU.
 
 The GPU-only parts of the harness (CUDA-event timing, CUDA peak memory) are replaced by a fake that
-still calls the timed callable, so each experiment's whole path runs: inputs, references, the output and
-gradient gates, the timed callable of every mode, and the derived columns (TFLOP/s of the mode, model
-bytes and GB/s, pad waste). bfloat16 cannot run in the interpreter, so these use float16.
+still calls the timed callable (tests/fake_harness.py, through the ``fake_timing`` fixture), so each
+experiment's whole path runs: inputs, references, the output and gradient gates, the timed callable of
+every mode, and the derived columns (TFLOP/s of the mode, model bytes and GB/s, pad waste). bfloat16
+cannot run in the interpreter, so these use float16.
 """
 
 from __future__ import annotations
@@ -13,40 +14,14 @@ import re
 
 import pytest
 import torch
+from fake_harness import MS
 
 from analysis import harness, tables
 from analysis.experiments import attention as experiment
 from analysis.experiments import grid, varlen
 from analysis.flops import attention_flops
 from analysis.models import attention_io_bytes
-from analysis.provenance import environment
 from kernels.attention import reference
-
-MS = 2.0  # the fake median time of every timed point
-
-
-@pytest.fixture(scope="module")
-def env() -> dict:
-    return environment()
-
-
-@pytest.fixture
-def fake_timing(monkeypatch):
-    """Harness timing and peak memory without a GPU: each calls the timed callable once for real."""
-    calls = []
-
-    def time_gpu(fn, warmup_ms, rep_ms):
-        fn()
-        calls.append((warmup_ms, rep_ms))
-        return harness.Timing(MS, 0.9 * MS, 1.2 * MS)
-
-    def peak(fn, device=None):
-        fn()
-        return 1.5
-
-    monkeypatch.setattr(harness, "time_gpu", time_gpu)
-    monkeypatch.setattr(harness, "peak_extra_memory_mib", peak)
-    return calls
 
 
 def _spec(**kw) -> experiment.Spec:

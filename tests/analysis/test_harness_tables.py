@@ -15,7 +15,7 @@ import torch
 
 from analysis import harness, tables
 from analysis.experiments import attention as experiment
-from analysis.provenance import ROW_FIELDS, environment, nvml_gpu
+from analysis.provenance import ROW_FIELDS, nvml_gpu
 from kernels.attention.fa2 import FA2Config
 
 HAS_CUDA = torch.cuda.is_available()
@@ -342,11 +342,6 @@ def _spec(**overrides) -> experiment.Spec:
     )
     fields.update(overrides)
     return experiment.Spec(**fields)
-
-
-@pytest.fixture(scope="module")
-def env() -> dict:
-    return environment()
 
 
 @pytest.mark.parametrize(

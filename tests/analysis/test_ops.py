@@ -2,7 +2,7 @@
 interpreter (float16, tiny odd shapes), figures from a synthetic table and the audit's evaluators.
 
 The GPU-only parts of the harness (CUDA-event timing, CUDA peak memory) are replaced by a fake that still
-calls the timed callable once, as in tests/analysis/test_experiments.py.
+calls the timed callable once (tests/fake_harness.py, the ``fake_timing`` fixture of tests/analysis/conftest.py).
 """
 
 from __future__ import annotations
@@ -16,39 +16,15 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from fake_harness import MS
 
-from analysis import audit, harness, models, ops_figures, ops_tables
+from analysis import audit, models, ops_figures, ops_tables
 from analysis.experiments import grid, moe, ops_grid, quant
 from analysis.flops import gemm_flops, moe_ffn_flops
-from analysis.provenance import environment
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "workflow" / "config.yaml"
 FULL = ROOT / "workflow" / "config-full.yaml"
-MS = 2.0
-
-
-@pytest.fixture(scope="module")
-def env() -> dict:
-    return environment()
-
-
-@pytest.fixture
-def fake_timing(monkeypatch):
-    calls = []
-
-    def time_gpu(fn, warmup_ms, rep_ms):
-        fn()
-        calls.append((warmup_ms, rep_ms))
-        return harness.Timing(MS, 0.9 * MS, 1.2 * MS)
-
-    def peak(fn, device=None):
-        fn()
-        return 1.5
-
-    monkeypatch.setattr(harness, "time_gpu", time_gpu)
-    monkeypatch.setattr(harness, "peak_extra_memory_mib", peak)
-    return calls
 
 
 # ---------------------------------------------------------------------------------------------------
