@@ -206,17 +206,25 @@ def budget(shards: dict[str, dict]) -> dict[str, dict]:
     """Experiment → shards, points, estimated seconds with a warm Triton cache (``seconds``) and the extra
     seconds of first compiles with an empty one (``compile``; each specialisation counted once, under the
     first shard in name order that needs it)."""
+    return tally_budget(shards, lambda fields: Spec(**fields), estimate_seconds, compile_keys, COMPILE_S)
+
+
+def tally_budget(shards: dict[str, dict], spec_of, estimate, keys_of, compile_s: dict) -> dict[str, dict]:
+    """``budget`` for any grid: ``spec_of(fields)`` gives a shard's spec (its ``experiment`` and ``points()``),
+    ``estimate(fields)`` its warm-cache seconds, ``keys_of(fields)`` the specialisations it compiles, whose
+    first element keys ``compile_s`` (seconds of one first compile)."""
     out: dict[str, dict] = {}
     seen: set[tuple] = set()
     for name in sorted(shards):
         fields = shards[name]
-        e = out.setdefault(fields["experiment"], {"shards": 0, "points": 0, "seconds": 0.0, "compile": 0.0})
+        spec = spec_of(fields)
+        e = out.setdefault(spec.experiment, {"shards": 0, "points": 0, "seconds": 0.0, "compile": 0.0})
         e["shards"] += 1
-        e["points"] += Spec(**fields).points()
-        e["seconds"] += estimate_seconds(fields)
-        new = compile_keys(fields) - seen
+        e["points"] += spec.points()
+        e["seconds"] += estimate(fields)
+        new = keys_of(fields) - seen
         seen |= new
-        e["compile"] += sum(COMPILE_S[k[0]] for k in new)
+        e["compile"] += sum(compile_s[k[0]] for k in new)
     return out
 
 

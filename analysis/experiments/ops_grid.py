@@ -266,18 +266,9 @@ def compile_keys(fields: dict) -> set[tuple]:
 
 def budget(shards: dict[str, dict]) -> dict[str, dict]:
     """Experiment → shards, points, estimated seconds (warm cache) and first-compile seconds."""
-    out: dict[str, dict] = {}
-    seen: set[tuple] = set()
-    for name in sorted(shards):
-        fields = shards[name]
-        e = out.setdefault(spec_of(fields).experiment, {"shards": 0, "points": 0, "seconds": 0.0, "compile": 0.0})
-        e["shards"] += 1
-        e["points"] += spec_of(fields).points()
-        e["seconds"] += estimate_seconds(fields)
-        new = compile_keys(fields) - seen
-        seen |= new
-        e["compile"] += sum(COMPILE_S[k[0]] for k in new)
-    return out
+    from analysis.experiments.grid import tally_budget
+
+    return tally_budget(shards, spec_of, estimate_seconds, compile_keys, COMPILE_S)
 
 
 def budget_table(shards: dict[str, dict]) -> list[str]:
