@@ -335,9 +335,7 @@ def _stages(layer: _Layer, p: _Point, base: dict, timed: bool, ref, same) -> lis
                     metrics["gbps"] = oc.rate(gemm_bytes, metrics["ms_median"], 1e9)
             rows.append(oc.make_row(sbase, "ours-moe", "ok", "", **metrics))
         except Exception as exc:
-            status, message = harness.classify(exc)
-            harness.release_memory()
-            rows.append(oc.make_row(sbase, "ours-moe", status, message, **metrics))
+            rows.append(oc.failed_row(sbase, "ours-moe", exc, **metrics))
     return rows
 
 
@@ -369,6 +367,4 @@ def _measure_grouped(layer: _Layer, p: _Point, impl: str, base: dict, timed: boo
             metrics["gbps"] = oc.rate(nbytes, metrics["ms_median"], 1e9)
         return oc.make_row(base, impl, "ok", "", **metrics)
     except Exception as exc:
-        status, message = harness.classify(exc)
-        harness.release_memory()
-        return oc.make_row(base, impl, status, message, **metrics)
+        return oc.failed_row(base, impl, exc, **metrics)

@@ -30,6 +30,14 @@ def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dic
     return row
 
 
+def failed_row(base: dict, impl: str, exc: BaseException, **metrics) -> dict:
+    """The row of an impl that raised ``exc``: its status and message (``harness.classify``), with the
+    metrics gathered before it failed; the GPU memory is released first."""
+    status, message = harness.classify(exc)
+    harness.release_memory()
+    return make_row(base, impl, status, message, **metrics)
+
+
 def sample_rows(m: int, n_rows: int) -> torch.Tensor:
     """The first and last ``n_rows // 2`` of ``m`` rows (all of them when there are few)."""
     half = max(1, n_rows // 2)

@@ -206,9 +206,7 @@ def _measure(spec, impl, entry, x, xs, sample, exact, base, weight_bytes, device
         metrics["gbps"] = oc.rate(weight_bytes, metrics["ms_median"], 1e9)
         return oc.make_row(base, impl, "ok", "", **metrics)
     except Exception as exc:
-        status, message = harness.classify(exc)
-        harness.release_memory()
-        return oc.make_row(base, impl, status, message, **metrics)
+        return oc.failed_row(base, impl, exc, **metrics)
 
 
 def _measure_copy(spec: QuantSpec, pw, base: dict, timed: bool) -> dict:
@@ -226,6 +224,4 @@ def _measure_copy(spec: QuantSpec, pw, base: dict, timed: bool) -> dict:
             metrics["gbps"] = oc.rate(metrics["model_bytes"], metrics["ms_median"], 1e9)
         return oc.make_row(base, "copy-weight", "ok", "", **metrics)
     except Exception as exc:
-        status, message = harness.classify(exc)
-        harness.release_memory()
-        return oc.make_row(base, "copy-weight", status, message, **metrics)
+        return oc.failed_row(base, "copy-weight", exc, **metrics)
