@@ -114,6 +114,20 @@ def load_registry(path: str | Path = REGISTRY) -> list[Claim]:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _finished(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    """Timed rows of ``df`` that finished, filtered by column values (lists mean "any of"; ``causal`` is
+    compared as text, since a CSV round trip may give bools or strings)."""
+    mask = (df["status"] == "ok") & (df["timed"].astype(str) == "True")
+    for col, val in where.items():
+        if isinstance(val, (list, tuple, set)):
+            mask &= df[col].isin(list(val))
+        elif col == "causal":
+            mask &= df[col].astype(str) == str(bool(val))
+        else:
+            mask &= df[col] == val
+    return df[mask]
+
+
 @dataclasses.dataclass
 class Context:
     """Measured attention tables per GPU type, and the file each was read from (for the evidence)."""
@@ -148,11 +162,7 @@ class Context:
 
     def ops_ok(self, gpu: str, **where) -> pd.DataFrame:
         """Timed ops rows that finished, filtered by column values (lists mean "any of")."""
-        df = self.ops[gpu]
-        mask = (df["status"] == "ok") & (df["timed"].astype(str) == "True")
-        for col, val in where.items():
-            mask &= df[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else df[col] == val
-        return df[mask]
+        return _finished(self.ops[gpu], where)
 
     def traffic_points(self, gpu: str, impl: str, head_dim: int) -> pd.DataFrame:
         """Measured DRAM bytes (read + written, all kernels) per point of the N × d traffic grid.
@@ -171,16 +181,7 @@ class Context:
 
     def ok(self, gpu: str, **where) -> pd.DataFrame:
         """Timed rows that finished, filtered by column values (lists mean "any of")."""
-        df = self.tables[gpu]
-        mask = (df["status"] == "ok") & (df["timed"].astype(str) == "True")
-        for col, val in where.items():
-            if isinstance(val, (list, tuple, set)):
-                mask &= df[col].isin(list(val))
-            elif col == "causal":
-                mask &= df[col].astype(str) == str(bool(val))
-            else:
-                mask &= df[col] == val
-        return df[mask]
+        return _finished(self.tables[gpu], where)
 
     def rows(self, gpu: str, **where) -> pd.DataFrame:
         df = self.tables[gpu]
@@ -1280,10 +1281,12 @@ def exp_s0_slower(claim, ctx):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _pair(rows: pd.DataFrame, keys: list[str], a: str, b: str, value: str = "ms_median") -> pd.DataFrame:
-    """Rows of impl ``a`` and impl ``b`` side by side on ``keys`` (columns ``value_a``, ``value_b``)."""
-    left = rows[rows["impl"] == a][[*keys, value]]
-    right = rows[rows["impl"] == b][[*keys, value]]
+def _pair(rows: pd.DataFrame, keys: list[str], a: str, b: str, value: str | list[str] = "ms_median") -> pd.DataFrame:
+    """Rows of impl ``a`` and impl ``b`` side by side on ``keys`` (columns ``<value>_a``, ``<value>_b`` for
+    the column, or each of the columns, named by ``value``)."""
+    cols = [*keys, *([value] if isinstance(value, str) else value)]
+    left = rows[rows["impl"] == a][cols]
+    right = rows[rows["impl"] == b][cols]
     return left.merge(right, on=keys, suffixes=("_a", "_b"))
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from analysis.audit import Claim, Context, Untestable, Verdict, _per_gpu, _span, evaluator, within
+from analysis.audit import Claim, Context, Untestable, Verdict, _pair, _per_gpu, _span, evaluator, within
 
 FAR = 3.0  # "far slower" judged as at least this many times slower
 SMALL_M = 16  # decoding row counts, where a layer is bound by reading its weights
@@ -27,20 +27,19 @@ def _measured_ops(ctx: Context, fn: Callable[[str], Verdict], needs: str) -> lis
     return _per_gpu(ctx.ops, ctx.ops_paths, fn)
 
 
-def _pair_ops(rows: pd.DataFrame, keys: list[str], a: str, b: str) -> pd.DataFrame:
-    """Rows of impl ``a`` and ``b`` at the same ``keys``, side by side (``ms_median_a``, ``ms_median_b``, ...)."""
-    left = rows[rows["impl"] == a].drop_duplicates(keys).set_index(keys)
-    right = rows[rows["impl"] == b].drop_duplicates(keys).set_index(keys)
-    return left.join(right, how="inner", lsuffix="_a", rsuffix="_b").reset_index()
-
-
 @evaluator("w4_bandwidth")
 def w4_bandwidth(claim: Claim, ctx: Context) -> list[Verdict]:
     target, tol = claim.asserted["approx"], claim.tolerance
 
     def one(gpu):
         rows = ctx.ops_ok(gpu, experiment="w4a16", op="linear")
-        pair = _pair_ops(rows[rows["m"] == 1], ["model", "dtype", "group_size"], "torch-linear", "ours-w4a16")
+        pair = _pair(
+            rows[rows["m"] == 1],
+            ["model", "dtype", "group_size"],
+            "torch-linear",
+            "ours-w4a16",
+            ["ms_median", "model_bytes", "gbps"],
+        )
         if pair.empty:
             raise Untestable("bf16 F.linear and our W4A16 kernel finished at no common M=1 point")
         ratio = pair["model_bytes_a"] / pair["model_bytes_b"]  # 16-bit weight bytes over int4 bytes + scales
@@ -71,8 +70,8 @@ def w4_fusion(claim: Claim, ctx: Context) -> list[Verdict]:
         rows = ctx.ops_ok(gpu, experiment="w4a16", op="linear")
         rows = rows[rows["m"] <= SMALL_M]
         keys = ["model", "dtype", "group_size", "m"]
-        unfused = _pair_ops(rows, keys, "torch-linear", "dequant-linear")
-        fused = _pair_ops(rows, keys, "torch-linear", "ours-w4a16")
+        unfused = _pair(rows, keys, "torch-linear", "dequant-linear")
+        fused = _pair(rows, keys, "torch-linear", "ours-w4a16")
         if unfused.empty or fused.empty:
             raise Untestable(f"F.linear, dequantise-then-F.linear and the fused kernel finished at no M ≤ {SMALL_M}")
         lost = unfused["ms_median_b"] / unfused["ms_median_a"]  # ≥ 1: the unfused path is no faster than bf16
@@ -136,7 +135,7 @@ def moe_grouped(claim: Claim, ctx: Context) -> list[Verdict]:
     def one(gpu):
         ok = ctx.ops_ok(gpu, experiment="moe", op="moe-layer", stage="total")
         keys = ["model", "dtype", "routing", "tokens"]
-        pair = _pair_ops(ok, keys, "gather-moe", "ours-moe")
+        pair = _pair(ok, keys, "gather-moe", "ours-moe")
         df = ctx.ops[gpu]
         refused = df[(df["impl"] == "gather-moe") & (df["experiment"] == "moe") & (df["status"] != "ok")]
         if pair.empty:
@@ -147,7 +146,7 @@ def moe_grouped(claim: Claim, ctx: Context) -> list[Verdict]:
         speed = pair["ms_median_a"] / pair["ms_median_b"]
         verdict = "holds" if (speed >= FAR).all() else "partly" if (speed > 1).any() else "fails"
         extra = []
-        loop = _pair_ops(ok, keys, "loop-moe", "ours-moe")
+        loop = _pair(ok, keys, "loop-moe", "ours-moe")
         if not loop.empty:
             extra.append(f"vs the per-expert loop {_span(loop['ms_median_a'] / loop['ms_median_b'], '.2f')}")
         if len(refused):
