@@ -90,11 +90,7 @@ class Quantised:
         self.granularity, self.rotate, self.p_scale = parse_impl(name)
         self.causal = causal
         self.cfg = fp8.config_in_effect(q.shape[-1])
-        qf, kf = q.float(), k.float()
-        if self.rotate:
-            m = fp8.rotation(q.shape[-1], device=q.device)
-            qf, kf = qf @ m, kf @ m
-        self.tensors = fp8.quantize_qkv(qf, kf, v, self.granularity, self.cfg)
+        self.tensors = fp8.quantize_qkv(q, k, v, self.granularity, self.cfg, rotate=self.rotate)
         self.out_dtype = q.dtype
 
     def __call__(self) -> torch.Tensor:

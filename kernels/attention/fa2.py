@@ -368,7 +368,9 @@ def _eager_rescale(rescale: str) -> bool:
     return rescale == "eager"
 
 
-def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str) -> None:
+def _check_tensors(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str, dense: bool = False
+) -> None:
     """The checks shared by the dense and the packed layouts (heads on dim 1, head_dim last)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -380,15 +382,7 @@ def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int,
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     check_device(q, k, v, names=("q", "k", "v"))
-    h, d = q.shape[1], q.shape[-1]
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if (k.shape[1] == 0 and h != 0) or (k.shape[1] and h % k.shape[1]):
-        raise ValueError(
-            f"k/v have {k.shape[1]} heads, which must divide q's {h} (grouped-query / multi-query attention)"
-        )
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {d} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
+    check_shapes(q, k, v, dense=dense)
     if q.dtype == torch.bfloat16 and q.device.type == "cpu":
         # Triton's interpreter mis-computes tl.dot on bfloat16 (triton-lang/triton#11584)
         raise TypeError("bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
@@ -396,11 +390,27 @@ def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int,
         raise TypeError("bfloat16 needs a GPU of compute capability 8.0 or newer")
 
 
+def check_shapes(q, k, v, names: tuple[str, str, str] = ("q", "k", "v"), dense: bool = False) -> None:
+    """The shape rules every attention kernel here shares (heads on dim 1, head_dim last): K and V alike,
+    K/V heads dividing the query heads, a supported head_dim; ``dense``: ``[batch, heads, seq, head_dim]``
+    with K/V matching Q in batch and head_dim. ``names`` are the tensors' names in the messages."""
+    nq, nk, nv = names
+    h, d = q.shape[1], q.shape[-1]
+    if k.shape != v.shape:
+        raise ValueError(f"{nk} and {nv} must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if dense and (k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]):
+        raise ValueError(f"{nk}/{nv} shape {tuple(k.shape)} does not match {nq} {tuple(q.shape)} in batch or head_dim")
+    if (k.shape[1] == 0 and h != 0) or (k.shape[1] and h % k.shape[1]):
+        raise ValueError(
+            f"{nk}/{nv} have {k.shape[1]} heads, which must divide {nq}'s {h} (grouped-query / multi-query attention)"
+        )
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {d} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
+
+
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Dense ``[batch, heads, seq, head_dim]`` inputs (also used by fa1.py and decode.py)."""
-    _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]")
-    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head_dim")
+    _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,7 +61,7 @@ import triton
 import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device, softmax_scale
-from kernels.attention.fa2 import FA2Config
+from kernels.attention.fa2 import FA2Config, check_shapes
 from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
 
 __all__ = [
@@ -92,7 +92,6 @@ GRANULARITIES = ("tensor", "head", "block")
 # "none": no scaling at all (x cast to e4m3 directly, saturating at ±448): the control of the experiments
 QUANTIZERS = ("none",) + GRANULARITIES
 OUT_DTYPES = (torch.bfloat16, torch.float16)
-MAX_HEAD_DIM = 256
 _LOG2E = 1.4426950408889634
 
 FP8Config = FA2Config  # the same four launch parameters: BLOCK_M, BLOCK_N, num_warps, num_stages
@@ -448,15 +447,7 @@ def _check_fp8_inputs(q8, k8, v8) -> None:
         if t.dim() != 4:
             raise ValueError(f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
     check_device(q8, k8, v8, names=("q8", "k8", "v8"))
-    if k8.shape != v8.shape:
-        raise ValueError(f"k8 and v8 must have the same shape, got {tuple(k8.shape)} and {tuple(v8.shape)}")
-    if k8.shape[0] != q8.shape[0] or k8.shape[3] != q8.shape[3]:
-        raise ValueError(f"k8/v8 shape {tuple(k8.shape)} does not match q8 {tuple(q8.shape)} in batch or head_dim")
-    h, hk = q8.shape[1], k8.shape[1]
-    if (hk == 0 and h != 0) or (hk and h % hk):
-        raise ValueError(f"k8/v8 have {hk} heads, which must divide q8's {h} (grouped-query attention)")
-    if not 1 <= q8.shape[3] <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {q8.shape[3]} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
+    check_shapes(q8, k8, v8, ("q8", "k8", "v8"), dense=True)
     if q8.device.type == "cuda":
         require_fp8_tensor_cores(torch.cuda.get_device_capability(q8.device), str(q8.device))
 
@@ -598,20 +589,21 @@ def attention(
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     check_device(q, k, v, names=("q", "k", "v"))
-    d = q.shape[3]
-    cfg = config_in_effect(d, config)
-    qf, kf = q.float(), k.float()
-    if rotate and d == k.shape[3]:  # a head-dim mismatch is reported by forward_quantized
-        m = rotation(d, seed, device=q.device)
-        qf, kf = qf @ m, kf @ m
-    q8, k8, v8, qs, ks, vs = quantize_qkv(qf, kf, v, granularity, cfg)
+    cfg = config_in_effect(q.shape[3], config)
+    # a head-dim mismatch is reported by forward_quantized, not by the rotation's matmul
+    rotate = rotate and q.shape[3] == k.shape[3]
+    q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, cfg, rotate=rotate, seed=seed)
     return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=cfg.block_m, kv_block=cfg.block_n,
                              out_dtype=q.dtype, config=cfg, p_scale=p_scale)  # fmt: skip
 
 
-def quantize_qkv(q, k, v, granularity: str, config: FP8Config):
+def quantize_qkv(q, k, v, granularity: str, config: FP8Config, *, rotate: bool = False, seed: int = 0):
     """Q, K, V quantised for ``forward_quantized`` with ``config``'s tiles as the scale blocks, V laid out
-    sequence-contiguous (see ``forward_quantized``): ``(q8, k8, v8, q_scale, k_scale, v_scale)``."""
+    sequence-contiguous (see ``forward_quantized``): ``(q8, k8, v8, q_scale, k_scale, v_scale)``.
+    ``rotate``: incoherent processing, Q and K multiplied (in fp32) by ``rotation(d, seed)`` first."""
+    if rotate:
+        m = rotation(q.shape[-1], seed, device=q.device)
+        q, k = q.float() @ m, k.float() @ m
     q8, qs = quantize(q, granularity, config.block_m)
     k8, ks = quantize(k, granularity, config.block_n)
     v8, vs = quantize(v, granularity, config.block_n)
