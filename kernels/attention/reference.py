@@ -38,7 +38,9 @@ def causal_mask(rows: torch.Tensor, seqlen_q: int, seqlen_k: int) -> torch.Tenso
     return cols[None, :] > rows[:, None] + (seqlen_k - seqlen_q)
 
 
-def _materialise(q, k, v, causal, sm_scale, rows, compute_dtype):
+def _scores(q, k, causal, sm_scale, rows, compute_dtype):
+    """Step 1 of three-step attention: S = scale · Q Kᵀ ``[B·H, len(rows), Nk]`` in ``compute_dtype`` (all
+    query rows when ``rows`` is None), masked entries -inf; K repeated over grouped query heads."""
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     if rows is None:
@@ -47,27 +49,39 @@ def _materialise(q, k, v, causal, sm_scale, rows, compute_dtype):
     else:
         rows_t = torch.as_tensor(rows, device=q.device, dtype=torch.long)
         qr = q.index_select(2, rows_t)
-    r = qr.shape[2]
     if k.shape[1] != h:  # grouped-query: each K/V head serves h / h_kv query heads, in order
-        k, v = (t.repeat_interleave(h // k.shape[1], dim=1) for t in (k, v))
-    qf = qr.to(compute_dtype).reshape(b * h, r, d)
+        k = k.repeat_interleave(h // k.shape[1], dim=1)
+    qf = qr.to(compute_dtype).reshape(b * h, qr.shape[2], d)
     kf = k.to(compute_dtype).reshape(b * h, seqlen_k, d)
-    vf = v.to(compute_dtype).reshape(b * h, seqlen_k, d)
-    # step 1: S = scale · Q Kᵀ, written to memory as an N×N tensor
+    # written to memory as an N×N tensor
     s = torch.baddbmm(
         torch.empty((1, 1, 1), dtype=compute_dtype, device=q.device), qf, kf.transpose(1, 2), beta=0.0,
         alpha=softmax_scale(d, sm_scale),
     )  # fmt: skip
     if causal:
         s.masked_fill_(causal_mask(rows_t, seqlen_q, seqlen_k)[None], float("-inf"))
+    return s
+
+
+def _values(v, heads, compute_dtype):
+    """V as ``[B·H, Nk, d]`` in ``compute_dtype``, repeated over grouped query heads."""
+    if v.shape[1] != heads:
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+    return v.to(compute_dtype).reshape(v.shape[0] * heads, v.shape[2], v.shape[3])
+
+
+def _materialise(q, k, v, causal, sm_scale, rows, compute_dtype):
+    b, h, seqlen_q, d = q.shape
+    # step 1: S = scale · Q Kᵀ, written to memory as an N×N tensor
+    s = _scores(q, k, causal, sm_scale, rows, compute_dtype)
     # step 2: P = softmax(S), another N×N tensor
     p = torch.softmax(s, dim=-1)
     del s
-    if causal and seqlen_q > seqlen_k:
+    if causal and seqlen_q > k.shape[2]:
         p = torch.nan_to_num(p, nan=0.0)  # rows that see no key
     # step 3: O = P V
-    o = torch.bmm(p, vf)
-    return o.reshape(b, h, r, d)
+    o = torch.bmm(p, _values(v, h, compute_dtype))
+    return o.reshape(b, h, p.shape[1], v.shape[3])
 
 
 def naive_attention(q, k, v, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
@@ -87,17 +101,11 @@ def reference_attention(
     return _materialise(q, k, v, causal, sm_scale, rows, torch.float64)
 
 
-def _scores_rows(q, k, causal, sm_scale, rows):
-    """Float64 scores ``[B·H, len(rows), Nk]`` of the query ``rows`` (masked entries -inf)."""
-    b, h, seqlen_q, d = q.shape
-    rows_t = torch.as_tensor(rows, device=q.device, dtype=torch.long)
-    if k.shape[1] != h:
-        k = k.repeat_interleave(h // k.shape[1], dim=1)
-    qf = q.index_select(2, rows_t).to(torch.float64).reshape(b * h, -1, d)
-    s = qf @ k.to(torch.float64).reshape(b * h, k.shape[2], d).transpose(1, 2) * softmax_scale(d, sm_scale)
-    if causal:
-        s.masked_fill_(causal_mask(rows_t, seqlen_q, k.shape[2])[None], float("-inf"))
-    return s
+def _probabilities_rows(q, k, rows, causal, sm_scale):
+    """Float64 P = exp(S − rowmax) ``[B·H, len(rows), Nk]`` (unnormalised; rows that see no key all 0)."""
+    s = _scores(q, k, causal, sm_scale, rows, torch.float64)
+    m = s.amax(dim=-1, keepdim=True)
+    return torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m)), torch.isfinite(s)
 
 
 def p_rounded_attention_rows(q, k, v, rows, causal: bool = False, sm_scale: float | None = None, p_scale=256.0):
@@ -105,26 +113,19 @@ def p_rounded_attention_rows(q, k, v, rows, causal: bool = False, sm_scale: floa
     (P · p_scale cast to e4m3, divided back) and the row sum taken from the unrounded P: the
     same-precision computation the tolerance policy bounds an FP8 attention kernel by (the kernel's
     running maximum moves the rounding points a little; the error is of the same size)."""
-    s = _scores_rows(q, k, causal, sm_scale, rows)
-    m = s.amax(dim=-1, keepdim=True)
-    p = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    p, _ = _probabilities_rows(q, k, rows, causal, sm_scale)
     ell = p.sum(dim=-1, keepdim=True)
     p8 = (p * p_scale).to(torch.float8_e4m3fn).to(torch.float64) / p_scale
-    b, h = q.shape[:2]
-    vf = v.repeat_interleave(h // v.shape[1], dim=1) if v.shape[1] != h else v
-    o = p8 @ vf.to(torch.float64).reshape(b * h, v.shape[2], v.shape[3])
+    o = p8 @ _values(v, q.shape[1], torch.float64)
     o = torch.where(ell > 0, o / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(o))
-    return o.reshape(b, h, -1, v.shape[3])
+    return o.reshape(q.shape[0], q.shape[1], -1, v.shape[3])
 
 
 def p_underflow_rows(q, k, rows, causal: bool = False, sm_scale: float | None = None, p_scale=256.0):
     """``(fraction, mass)`` of the visible entries of P = exp(S − rowmax) on the query ``rows`` that e4m3
     flushes to zero once multiplied by ``p_scale`` (below 2⁻¹⁰, half the smallest subnormal): their
     share of the entries and their share of the row sums, in float64."""
-    s = _scores_rows(q, k, causal, sm_scale, rows)
-    visible = torch.isfinite(s)
-    m = s.amax(dim=-1, keepdim=True)
-    p = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    p, visible = _probabilities_rows(q, k, rows, causal, sm_scale)
     flushed = visible & (p * p_scale < 2.0**-10)
     count = visible.sum().item()
     if count == 0:

@@ -21,6 +21,7 @@ torch's cast). Three checks per case:
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -500,3 +501,21 @@ def test_gpu_path_compiles_to_fp8_mma(capability, mma):
     found = eval(run.stdout.strip().splitlines()[-1])
     assert found and all(".e4m3.e4m3" in m for m in found), found
     assert any(m.startswith(mma) for m in found), found
+
+
+def test_p_reference_rows_by_hand():
+    """One query row whose P = exp(S − max) is exactly (1, 2⁻¹², 2⁻⁸): e4m3 flushes 2⁻¹² unless P is scaled
+    (2⁻¹² · 256 = 2⁻⁴ is exact), and with the scale every entry is exact, so the rounded attention is exact."""
+    q = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    k = torch.tensor([0.0, -12 * math.log(2), -8 * math.log(2)], dtype=torch.float64).reshape(1, 1, 3, 1)
+    v = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64).reshape(1, 1, 3, 1)
+    rows = torch.tensor([0])
+    frac, mass = reference.p_underflow_rows(q, k, rows, sm_scale=1.0, p_scale=1.0)
+    total = 1 + 2.0**-12 + 2.0**-8
+    assert frac == pytest.approx(1 / 3) and mass == pytest.approx(2.0**-12 / total)
+    assert reference.p_underflow_rows(q, k, rows, sm_scale=1.0, p_scale=256.0) == (0.0, 0.0)
+    exact = reference.reference_attention(q, k, v, sm_scale=1.0, rows=rows)
+    scaled = reference.p_rounded_attention_rows(q, k, v, rows, sm_scale=1.0, p_scale=256.0)
+    assert scaled.item() == pytest.approx(exact.item(), abs=1e-12)
+    flushed = reference.p_rounded_attention_rows(q, k, v, rows, sm_scale=1.0, p_scale=1.0)
+    assert flushed.item() == pytest.approx((1 + 3 * 2.0**-8) / total, abs=1e-12)  # the 2⁻¹² term is lost
