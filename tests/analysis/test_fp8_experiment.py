@@ -91,3 +91,41 @@ def test_fp8_ceiling_is_unsupported_without_fp8_tensor_cores(env, monkeypatch):
     base = attention.base_row(spec, {}, True, batch=1, heads=1, heads_kv=1, seqlen_q=64, seqlen_k=64)
     row = fp8._ceiling(spec, "fp8-mm", base, "cuda:0", True)
     assert row["status"] == "unsupported" and "compute capability ≥ 8.9" in row["message"], row["message"]
+
+
+def _table_row(impl, experiment, **over):
+    r = {c: math.nan for c in tables.COLUMNS}
+    r.update(experiment=experiment, family="attention", op="attention", impl=impl, dtype="bfloat16", mode="fwd",
+             batch=4, heads=16, heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=128, causal=False, inputs="normal",
+             status="ok", message="", timed=experiment == "fp8-speed", gpu="h200", gpu_name="NVIDIA H200",
+             kernel_config="")  # fmt: skip
+    r.update(over)
+    return r
+
+
+def test_fp8_figures_from_a_synthetic_table(tmp_path):
+    from analysis import attention_figures
+
+    speed = [_table_row("ours-fa2", "fp8-speed", ms_median=1.5, tflops=400.0),
+             _table_row("ours-fp8-block", "fp8-speed", ms_median=1.0, tflops=600.0),
+             _table_row("sdpa-cudnn", "fp8-speed", ms_median=1.2, tflops=500.0),
+             _table_row("fp8-mm", "fp8-speed", ms_median=0.8, tflops=1300.0),
+             _table_row("ours-fp8-tensor", "fp8-speed", status="oom", message="out of memory")]  # fmt: skip
+    df = tables.to_frame(speed)
+    t = attention_figures.fp8_speed(df, tmp_path / "speed.png").set_index("impl")
+    assert (tmp_path / "speed.png").stat().st_size > 0
+    assert t.loc["ours-fp8-block", "speedup_vs_fa2"] == pytest.approx(1.5)
+    assert t.loc["sdpa-cudnn", "speedup_vs_fa2"] == pytest.approx(1.25)
+    assert t.loc["ours-fa2", "speedup_vs_fa2"] == 1.0 and math.isnan(t.loc["fp8-mm", "speedup_vs_fa2"])
+    assert t.loc["ours-fp8-tensor", "status"] == "oom"  # the failed point stays in the table
+
+    acc = [
+        _table_row(i, "fp8-accuracy", inputs=kind, rms_err=e, p_underflow=u)
+        for kind in ("normal", "outliers")
+        for i, e, u in (("ours-fa2", 1e-5, math.nan), ("ours-fp8-block", 1e-2, 0.01), ("ours-fp8-block-p1", 1e-2, 0.2))
+    ]
+    t = attention_figures.fp8_accuracy(tables.to_frame(acc), tmp_path / "acc.png")  # fmt: skip
+    assert set(t["inputs"]) == {"normal", "outliers"} and len(t) == 6
+    assert t.set_index(["inputs", "impl"]).loc[("outliers", "ours-fp8-block-p1"), "p_underflow"] == 0.2
+    with pytest.raises(attention_figures.NoDataError):
+        attention_figures.fp8_accuracy(tables.to_frame(speed), tmp_path / "none.png")
