@@ -39,12 +39,12 @@ not, GQA, all granularities, rotation) and on an H200 (the GPU-marked tests, bf1
 Compiled with Triton 3.6 for sm_90 both products are ``wgmma.mma_async ... f32.e4m3.e4m3`` and P is
 converted by ``cvt.rn.satfinite.e4m3x2.f32``; for sm_89 ``mma.sync ... e4m3``. FP8 wgmma takes its B operand
 K-major only, so V is best stored sequence-contiguous (``quantize_qkv`` does it; a row-major V is
-transposed in shared memory inside the loop: 2.5× slower on the H200). Measured on the H200 (probe, d = 128,
-B·N = 16384, 16 heads, pre-quantised inputs): about 670–710 TFLOP/s without a mask and 560–580 causal, against
-480 for our bf16 FA-2 and 1440 for ``torch._scaled_mm`` on 8192³; the softmax's exponentials are not
-overlapped with the tensor cores here (FlashAttention-3 does that with warp specialisation and ping-pong
-scheduling), which is where the rest of the FP8 peak goes. The pipeline's ``fp8-speed`` experiment
-measures it in every run.
+transposed in shared memory inside the loop: 2.5× slower on the H200). The shipped H200 run
+(reports/reference/h200, experiment ``fp8-speed``: d = 128, B·N = 16384, 16 heads, pre-quantised inputs,
+N ≥ 4096) measured 694–713 TFLOP/s per tensor and 634–656 per block without a mask, 553–664 causal, against
+444–489 for our bf16 FA-2 and 1264–1433 for ``torch._scaled_mm`` on 8192³ in the same run; the softmax's
+exponentials are not overlapped with the tensor cores here (FlashAttention-3 does that with warp
+specialisation and ping-pong scheduling), which is where the rest of the FP8 peak goes.
 
 Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
 configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch
@@ -383,9 +383,9 @@ def default_config(head_dim: int) -> FP8Config:
     Interpreter: 32×16, short on the CPU while crossing several tiles and scale blocks. GPU, head dim ≤ 128:
     64×128 tiles, 4 warps (one warpgroup), 3 stages: the best or within 4% of the best of ten tile shapes
     on an H200 at d = 128, N = 4096 and 16384, causal and not, per-tensor and per-block scales, with V
-    sequence-contiguous (a probe, not yet a pipeline experiment; 128×256 was up to 3% faster at N = 16384
-    without a mask but cannot take per-128-row scale blocks). Head dim 256: 128×64 with 8 warps, untuned
-    (checked for correctness on the H200).
+    sequence-contiguous (a one-off probe; 128×256 was up to 3% faster at N = 16384 without a mask but
+    cannot take per-128-row scale blocks). Head dim 256: 128×64 with 8 warps, not swept (checked for
+    correctness on the H200).
     """
     if INTERPRET:
         return FP8Config(32, 16, 4, 1)

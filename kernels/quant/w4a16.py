@@ -62,9 +62,11 @@ config (M > 64: 128 × 256 × 128, 8 warps, 3 stages, swapped) ``wgmma m64n128k1
 no spills. Measured on an H200 (bf16, group 128, asymmetric), the tensor-core kernel before the GEMV path
 and the one-launch split-K: 14336 × 4096 at M = 1 27.7 µs of kernel (+ 1.1 µs of reduce kernel) but 142 µs
 of host time per call, so 104 µs under ``do_bench`` (cuBLAS bf16 ``F.linear``: 40.7, its kernel 30.2);
-28672 × 8192 at M = 1 86.6 µs of kernel; at M = 4096 1.2 ms (cuBLAS 0.62 ms). The GEMV kernel, the
-one-launch split-K and the lighter host path have not been run on a GPU yet: ``W4_GPU_TABLE`` is reasoned,
-to be tuned from .dev/w4_probe2.py.
+28672 × 8192 at M = 1 86.6 µs of kernel; at M = 4096 1.2 ms (cuBLAS 0.62 ms). The current version (GEMV
+path, one-launch split-K, lighter host path) in the shipped H200 run (reports/reference/h200/ops.csv;
+every point passed the float64 gate): M = 1 1.31–1.58× ``F.linear`` (31–41% of the copy bandwidth), M = 4
+0.60–0.67× (a probe found the tensor-core split-K config twice as fast as the GEMV path there), M = 16
+0.84–1.26×, M = 4096 0.50–0.56×; host time about 35 µs per call. ``W4_GPU_TABLE`` is still reasoned.
 
 Layers, top to bottom: the ``@triton.jit`` kernels and helpers; the weight formats and quantisers;
 configuration (dataclass, tables by M, heuristic); the launchers; the public functions ``matmul`` and
