@@ -24,7 +24,7 @@ import torch
 from kernels.moe import routing
 from kernels.moe.grouped_gemm import default_config, grouped_gemm
 
-__all__ = ["moe_ffn"]
+__all__ = ["moe_ffn", "expert_ffn"]
 
 
 def _check_inputs(x, router_logits, w_gate, w_up, w_down) -> None:
@@ -72,8 +72,14 @@ def moe_ffn(
     _check_inputs(x, router_logits, w_gate, w_up, w_down)
     weights, expert_ids = routing.route(router_logits, top_k, renormalize)
     plan = routing.dispatch(expert_ids, router_logits.shape[1])
-    xs = routing.gather(x, plan)
-    up_cfg, down_cfg = default_config(x.dtype, fuse_swiglu=True), default_config(x.dtype)
-    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, config=up_cfg, check_offsets=False)
-    ys = grouped_gemm(hidden, w_down, plan.expert_offsets, config=down_cfg, check_offsets=False)
+    ys = expert_ffn(routing.gather(x, plan), plan, w_gate, w_up, w_down)
     return routing.combine(ys, weights, plan)
+
+
+def expert_ffn(xs: torch.Tensor, plan: routing.Dispatch, w_gate, w_up, w_down) -> torch.Tensor:
+    """The experts' SwiGLU on rows already sorted by expert (``routing.gather``): the fused gate/up grouped
+    GEMM, then the down projection; ``[tokens · k, H]`` in the sorted order. No input checks (``moe_ffn``
+    does them); the experiments time this step alone."""
+    up_cfg, down_cfg = default_config(xs.dtype, fuse_swiglu=True), default_config(xs.dtype)
+    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, config=up_cfg, check_offsets=False)
+    return grouped_gemm(hidden, w_down, plan.expert_offsets, config=down_cfg, check_offsets=False)
