@@ -10,6 +10,7 @@ import torch
 from analysis import tables
 from analysis.experiments import attention, fp8
 from analysis.experiments.spec import Spec
+from kernels.attention import reference
 
 ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-rot",
              "ours-fp8-block-p1"]  # fmt: skip
@@ -51,8 +52,8 @@ def test_spec_checks_inputs():
 
 
 def test_accuracy_rows(env):
-    """Sharp softmax rows (Q × 4): without P's scale e4m3 flushes part of P; with it, less. Errors are
-    ordered as they must be: 16-bit kernels far below FP8; the unscaled control worst on small inputs."""
+    """Errors are ordered as they must be: 16-bit kernels far below FP8; the unscaled control worst on small
+    inputs; only FP8 rows carry P's underflow."""
     rows = []
     for kind in ("normal", "small"):
         spec = Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=True, seqlens=[70, 130],
@@ -64,11 +65,29 @@ def test_accuracy_rows(env):
     at = df[df["seqlen_q"] == 130].set_index(["inputs", "impl"])
     normal = at.loc["normal"]
     assert normal.loc["ours-fa2", "rms_err"] < normal.loc["ours-fp8-block", "rms_err"] / 10
-    assert normal.loc["ours-fp8-block-p1", "p_underflow"] >= normal.loc["ours-fp8-block", "p_underflow"]
-    assert math.isnan(normal.loc["ours-fa2", "p_underflow"])
+    assert math.isnan(normal.loc["ours-fa2", "p_underflow"]) and normal.loc["ours-fp8-block", "p_underflow"] >= 0
     small = at.loc["small"]
     assert small.loc["ours-fp8-none", "rms_err"] > 2 * small.loc["ours-fp8-tensor", "rms_err"]
     assert "granularity=block" in normal.loc["ours-fp8-block", "kernel_config"]
+
+
+def test_accuracy_rows_report_p_underflow_per_p_scale(env):
+    """Sharp softmax rows (Q × 3, scores of spread 3): without P's scale e4m3 flushes a share of P; the
+    scale of 256 keeps most of it, and the flushed share of the mass is what the rows say it is."""
+    spec = Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=False, seqlens=[130], batch=1,
+                heads=2, impls=["ours-fp8-block"], check_rows=32)  # fmt: skip
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = fp8.make_inputs("normal", [(1, 2, 130, 32)] * 3, torch.float16, "cpu", gen)
+    q = q * 3
+    sample = torch.arange(130)
+    ref = reference.reference_attention(q, k, v, False, rows=sample)
+    base = attention.base_row(spec, {}, False, batch=1, heads=2, heads_kv=2, seqlen_q=130, seqlen_k=130)
+    scaled = fp8._accuracy(spec, "ours-fp8-block", q, k, v, sample, ref, base)
+    unscaled = fp8._accuracy(spec, "ours-fp8-block-p1", q, k, v, sample, ref, base)
+    assert scaled["status"] == unscaled["status"] == "ok"
+    assert unscaled["p_underflow"] > 0.05 and scaled["p_underflow"] < unscaled["p_underflow"] / 2
+    assert 0 < unscaled["p_mass_lost"] < unscaled["p_underflow"]  # the flushed entries are the small ones
+    assert "p_scale=1" in unscaled["kernel_config"] and "p_scale=256" in scaled["kernel_config"]
 
 
 def test_speed_rows_on_cpu_are_gated_not_timed(env):
