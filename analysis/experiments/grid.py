@@ -136,13 +136,13 @@ def attention_shards(att: dict) -> dict[str, dict]:
                     head_dim=d, causal=causal, seqlens=f8["seqlens"], impls=f8["impls"], tokens=f8["tokens"],
                     hidden=f8["hidden"], **_timing(att, f8))  # fmt: skip
     acc = att["fp8_accuracy"]
-    if acc["enabled"]:
+    if acc["enabled"]:  # nothing is timed: no warm-up, no repetitions
         for inputs in acc["inputs"]:
             for dtype in acc["dtypes"]:
                 add(shard_name("fp8-accuracy", dtype, acc["head_dim"], acc["causal"], extra=f"_{inputs}"),
                     experiment="fp8-accuracy", dtype=dtype, head_dim=acc["head_dim"], causal=acc["causal"],
                     seqlens=acc["seqlens"], impls=acc["impls"], batch=acc["batch"], heads=acc["heads"],
-                    inputs=inputs, warmup_ms=0, rep_ms=1, check_rows=acc["check_rows"])  # fmt: skip
+                    inputs=inputs, warmup_ms=0, rep_ms=0, check_rows=acc["check_rows"])  # fmt: skip
     var = att["varlen"]
     if var["enabled"]:
         for mode in var["modes"]:
@@ -155,7 +155,7 @@ def attention_shards(att: dict) -> dict[str, dict]:
 
 def _point_seconds(spec: Spec, impl: str, pinned: bool, flops: float, scores: int = 0) -> float:
     """``scores``: elements of the point's N×N score tensors (B·H·Nq·Nk)."""
-    timing = (spec.warmup_ms + spec.rep_ms) / 1e3 if spec.experiment != "fp8-accuracy" else 0.0
+    timing = (spec.warmup_ms + spec.rep_ms) / 1e3
     tensors = MATERIALISED.get(impl, 0) * (1 if spec.mode == "fwd" else 2)
     if tensors * scores * 2 > 0.8 * GPU_BYTES:
         return OTHER_S
