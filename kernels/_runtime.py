@@ -51,3 +51,12 @@ def multiprocessor_count(device: torch.device, without_gpu: int) -> int:
         return without_gpu
     index = torch.cuda.current_device() if device.index is None else device.index
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.cache
+def compute_capability(device: torch.device) -> tuple[int, int]:
+    """The GPU's compute capability (cached per device); (0, 0) for a CPU tensor (the interpreter)."""
+    if device.type != "cuda":
+        return (0, 0)
+    index = torch.cuda.current_device() if device.index is None else device.index
+    return torch.cuda.get_device_capability(index)

@@ -83,7 +83,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device, multiprocessor_count
+from kernels._runtime import INTERPRET, check_device, compute_capability, multiprocessor_count
 
 __all__ = [
     "W4Weight",
@@ -138,6 +138,62 @@ def _w4_dequant(words, shift, s, z, MAGIC: tl.constexpr, SYMMETRIC: tl.constexpr
 
 
 @triton.jit
+def _w4_dequant_sz(words, sz, i: tl.constexpr, MAGIC: tl.constexpr, SCALE: tl.constexpr, USE_ASM: tl.constexpr):
+    """Nibble i of every word from the int32 ``scale_zero`` words ``sz`` (broadcast to the words' shape), in
+    fp16 (MAGIC 0x6400) or bf16 (0x4300): ``(q − z) · s`` with SCALE (DEQ 0: the same bits as
+    ``_w4_dequant``), ``q − z`` (exact) without (DEQ 3, the scale applied to the product's fp32 sum).
+
+    USE_ASM (compiled for sm_90): PTX on two words at a time, so that each instruction serves two weights
+    (an ``f16x2``/``bf16x2`` register): one ``prmt`` puts 16 bits of each word side by side (nibbles 0–3 or
+    4–7; shared by four nibbles), then per pair a shift, one ``lop3`` (mask and 2^e exponent bits), one
+    ``sub`` of the pair of ``2^e + z`` and with SCALE one ``mul`` by the pair of scales (those pairs are one
+    ``prmt`` of the two ``sz`` words, shared by the eight nibbles). Plain Triton otherwise (the interpreter).
+    """
+    if USE_ASM:
+        if i < 4:
+            sel = tl.full(words.shape, 0x5410, tl.int32)
+        else:
+            sel = tl.full(words.shape, 0x7632, tl.int32)
+        args = [words, sz, sel, tl.full(words.shape, 4 * (i % 4), tl.int32)]
+        if MAGIC == 0x6400:
+            if SCALE:
+                w = tl.inline_asm_elementwise(
+                    "{ .reg .b32 p, t, z, s; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
+                    "lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
+                    "prmt.b32 s, $3, $4, 0x5410; sub.rn.f16x2 t, t, z; mul.rn.f16x2 $0, t, s; }",
+                    "=r,r,r,r,r,r,r,r,r", args, dtype=tl.float16, is_pure=True, pack=2)  # fmt: skip
+            else:
+                w = tl.inline_asm_elementwise(
+                    "{ .reg .b32 p, t, z; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
+                    "lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
+                    "sub.rn.f16x2 $0, t, z; }",
+                    "=r,r,r,r,r,r,r,r,r", args, dtype=tl.float16, is_pure=True, pack=2)  # fmt: skip
+        elif SCALE:
+            w = tl.inline_asm_elementwise(
+                "{ .reg .b32 p, t, z, s; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
+                "lop3.b32 t, t, 0x000F000F, 0x43004300, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
+                "prmt.b32 s, $3, $4, 0x5410; sub.rn.bf16x2 t, t, z; mul.rn.bf16x2 $0, t, s; }",
+                "=r,r,r,r,r,r,r,r,r", args, dtype=tl.bfloat16, is_pure=True, pack=2)  # fmt: skip
+        else:
+            w = tl.inline_asm_elementwise(
+                "{ .reg .b32 p, t, z; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
+                "lop3.b32 t, t, 0x000F000F, 0x43004300, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
+                "sub.rn.bf16x2 $0, t, z; }",
+                "=r,r,r,r,r,r,r,r,r", args, dtype=tl.bfloat16, is_pure=True, pack=2)  # fmt: skip
+    else:
+        if MAGIC == 0x6400:
+            dtype = tl.float16
+        else:
+            dtype = tl.bfloat16
+        z = (sz >> 16).to(tl.int16).to(dtype, bitcast=True)
+        q = ((words >> (4 * i)) & 0xF) | MAGIC
+        w = q.to(tl.int16).to(dtype, bitcast=True) - z
+        if SCALE:
+            w = w * sz.to(tl.int16).to(dtype, bitcast=True)
+    return w
+
+
+@triton.jit
 def _w4_mma(acc, w, x, SWAP_AB: tl.constexpr, DEQ: tl.constexpr):
     if SWAP_AB:
         a = w
@@ -182,6 +238,7 @@ def _w4a16_kernel(
     DEQ: tl.constexpr,  # see _w4_dequant
     MAGIC: tl.constexpr,  # 0x6400 (fp16) or 0x4300 (bf16), for DEQ 0
     SWAP_AB: tl.constexpr,  # compute outᵀ = W · xᵀ (the weight as the MMA's A operand) instead of x · Wᵀ
+    USE_ASM: tl.constexpr,  # DEQ 0 through PTX on pairs of weights (_w4_dequant_sz); compiled for sm_90 only
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,  # a multiple of 128: packing blocks per loop step
@@ -217,7 +274,7 @@ def _w4a16_kernel(
         x_mask = m_mask[:, None]
     s_ptrs = S + offs_n * stride_sn
     z_ptrs = s_ptrs  # unused when SYMMETRIC or DEQ == 0 (Z is None)
-    if not SYMMETRIC and DEQ != 0:
+    if not SYMMETRIC and (DEQ == 1 or DEQ == 2):
         z_ptrs = Z + offs_n * stride_zn
     k_start = pid_k * blocks_per_split * 128
     k_stop = tl.minimum(k_main, k_start + blocks_per_split * 128)
@@ -234,19 +291,44 @@ def _w4a16_kernel(
                 xb_mask = x_mask
                 nb_mask = n_mask
             words = tl.load(w_ptrs + (kb // 8) * stride_wc, mask=wb_mask, other=0)
-            for i in tl.static_range(8):
+            if DEQ == 3:
+                # q − z exact in 16 bits, its product with x summed per group in fp32, then times the scale
+                for gi in tl.static_range(128 // GROUP):
+                    sz = tl.load(s_ptrs + (kb // GROUP + gi) * stride_sg, mask=nb_mask, other=0)
+                    s = sz.to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+                    for ii in tl.static_range(GROUP // 16):
+                        i = gi * (GROUP // 16) + ii
+                        x = tl.load(x_ptrs + (kb + 16 * i) * stride_xk, mask=xb_mask, other=0.0)
+                        if SWAP_AB:
+                            w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, False, USE_ASM)
+                        else:
+                            w = _w4_dequant_sz(words, sz[None, :], i, MAGIC, False, USE_ASM)
+                        if ii == 0:
+                            part = _w4_mma(tl.zeros(acc.shape, tl.float32), w, x, SWAP_AB, DEQ)
+                        else:
+                            part = _w4_mma(part, w, x, SWAP_AB, DEQ)
+                    if SWAP_AB:
+                        acc += part * s[:, None]
+                    else:
+                        acc += part * s[None, :]
+            for i in tl.static_range(8 if DEQ != 3 else 0):
                 if (16 * i) % GROUP == 0:  # a new group starts with this slice: its scale and zero point
                     g = kb // GROUP + (16 * i) // GROUP
                     if DEQ == 0:  # S is the int32 scale_zero: scale bits low, 2^e + z bits high
                         sz = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0)
-                        s = sz.to(tl.int16).to(dtype, bitcast=True)
-                        z = (sz >> 16).to(tl.int16).to(dtype, bitcast=True)
+                        s = sz  # unused
+                        z = sz
                     else:
                         s = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0.0)
                         z = s  # unused when SYMMETRIC
                         if not SYMMETRIC:
                             z = tl.load(z_ptrs + g * stride_zg, mask=nb_mask, other=0)
-                if SWAP_AB:
+                if DEQ == 0:
+                    if SWAP_AB:
+                        w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, True, USE_ASM)
+                    else:
+                        w = _w4_dequant_sz(words, sz[None, :], i, MAGIC, True, USE_ASM)
+                elif SWAP_AB:
                     w = _w4_dequant(words, 4 * i, s[:, None], z[:, None], MAGIC, SYMMETRIC, DEQ, dtype)
                 else:
                     w = _w4_dequant(words, 4 * i, s[None, :], z[None, :], MAGIC, SYMMETRIC, DEQ, dtype)
@@ -270,16 +352,15 @@ def _w4a16_kernel(
             words = tl.load(w_ptrs + (k_main // 8) * stride_wc, mask=t_mask, other=0)
             for i in tl.static_range(8):
                 g = (k_main + i * TAIL_WORDS + col) // GROUP
-                if DEQ == 0:
+                if DEQ == 0 or DEQ == 3:  # the scale before the product here (per element: the group varies)
                     sz = tl.load(S + sn * stride_sn + g * stride_sg, mask=t_mask, other=0)
-                    s = sz.to(tl.int16).to(dtype, bitcast=True)
-                    z = (sz >> 16).to(tl.int16).to(dtype, bitcast=True)
+                    w = _w4_dequant_sz(words, sz, i, MAGIC, True, USE_ASM)
                 else:
                     s = tl.load(S + sn * stride_sn + g * stride_sg, mask=t_mask, other=0.0)
                     z = s
                     if not SYMMETRIC:
                         z = tl.load(Z + sn * stride_zn + g * stride_zg, mask=t_mask, other=0)
-                w = _w4_dequant(words, 4 * i, s, z, MAGIC, SYMMETRIC, DEQ, dtype)
+                    w = _w4_dequant(words, 4 * i, s, z, MAGIC, SYMMETRIC, DEQ, dtype)
                 x = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=tx_mask, other=0.0)
                 acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
     tile = pid_m * tl.num_programs(1) + pid_n
@@ -805,7 +886,10 @@ class W4A16Config:
     first operand (the one Hopper's wgmma, and mma.sync, take from registers) and the rows of x its N
     dimension. gemv (int4 only): the CUDA-core kernel (``_w4_gemv_kernel``, no tl.dot) for a few rows of x;
     block_m is then the rows of x per program (a power of two ≥ 1). For int4, block_k is a multiple of 128
-    (whole packing blocks per loop step).
+    (whole packing blocks per loop step). scale_after (int4 tensor-core path, 16-bit x with 16-bit scales):
+    the MMA multiplies ``q − z`` (exact in 16 bits) and each group's fp32 sum is then multiplied by its
+    scale, instead of multiplying every weight by it. asm: where the GPU allows (sm_90), dequantise with
+    PTX on pairs of 16-bit values (``_w4_dequant_sz``); False keeps the plain-Triton form (the same bits).
     """
 
     block_m: int
@@ -816,25 +900,24 @@ class W4A16Config:
     num_stages: int
     swap_ab: bool = False
     gemv: bool = False
+    scale_after: bool = False
+    asm: bool = True
 
 
 _H100_SMS = 132  # H100/H200 SXM; the device's own count is used when there is one
 
 # The GPU defaults for int4, by M: (largest M, block_m, block_n, block_k, num_warps, num_stages, swap_ab,
-# waves). waves > 0: split K so that the grid has about waves × SMs programs (each slice keeps at least
-# two 128-input blocks); 0: no split. block_m 0 marks the CUDA-core GEMV kernel (block_m: M rounded up to a
-# power of two). Reasoned, not yet measured (see choose_config): update from .dev/w4_probe2.py.
-W4_GPU_TABLE: tuple[tuple[int, int, int, int, int, int, bool, int], ...] = (
-    (4, 0, 64, 512, 4, 1, False, 4),
-    (16, 16, 64, 256, 4, 4, True, 4),
-    (64, 64, 128, 128, 4, 3, True, 2),
-    (2**62, 128, 256, 128, 8, 3, True, 0),
+# waves, scale_after). waves > 0: split K so that the grid has about waves × SMs programs (each slice keeps
+# at least two 128-input blocks); 0: no split. Chosen from an H200 sweep (choose_config's docstring).
+W4_GPU_TABLE: tuple[tuple[int, int, int, int, int, int, bool, int, bool], ...] = (
+    (16, 16, 128, 128, 4, 4, True, 4, True),
+    (64, 64, 128, 128, 4, 4, True, 2, True),
+    (2**62, 128, 256, 128, 8, 3, True, 0, False),
 )
 W8_GPU_TABLE: tuple[tuple[int, int, int, int, int, int, bool, int], ...] = (
     (16, 16, 64, 128, 4, 4, False, 2),
     (2**62, 128, 128, 64, 8, 3, False, 0),
 )
-GEMV_MAX_M = 8  # the GEMV kernel keeps BLOCK_M × BLOCK_N × 16 fp32 sums per program: few rows only
 
 
 def _split_for(tiles: int, k_units: int, waves: int, min_units: int, sm_count: int) -> int:
@@ -849,23 +932,21 @@ def choose_config(
     """The launch for an ``[m, k] @ [k, n]`` product: deterministic, so tests can pin what runs (cached).
 
     On a GPU, the row of ``W4_GPU_TABLE`` (``W8_GPU_TABLE`` for ``bits=8``) for the smallest M bound
-    ≥ m, with the split count worked out from the grid. Reasoned for Hopper, not measured:
-    - M ≤ 4 (decode, bound by reading the weights): the CUDA-core GEMV kernel, 64 outputs × 512 inputs per
-      step (16 KiB of int4 words per program and step, all loads issued before their use), 4 warps, split-K
-      to about 4 programs per SM. block_n = 16 × num_warps (2 rows of words per thread): with more rows per
-      thread, Triton 3.6 gives the loop a layout conversion through shared memory. It is bound by issue
-      as much as by memory: the sm_90 SASS has ~5.7 instructions per weight at M = 1 (≈ 10 µs of issue
-      for 14336 × 4096 on 132 SMs, against ≈ 8 µs to read the weight) and ~13 at M = 4 (≈ 23 µs), so
-      beyond a few rows the tensor-core path wins; where exactly is for the probe to say.
-    - 4 < M ≤ 16: swapped tensor-core path, the weight as the register A operand of wgmma m64n16k16 (x's
-      ≤ 16 rows padded to the 16-wide N side), 64 output channels × 256 inputs per step, 4 stages, split-K
-      to about 4 programs per SM.
-    - 16 < M ≤ 64: the same swapped form with 64-row tiles of x, 2 waves.
+    ≥ m, with the split count worked out from the grid. The int4 rows come from H200 sweeps (bf16, group
+    128, 14336 × 4096, 28672 × 8192 and 4096 × 14336; ``.dev/w4_probe3.py`` and ``w4_probe4.py``):
+    - M ≤ 16 (decode, bound by reading the weights): the swapped tensor-core kernel with the scale after
+      the product (``scale_after``), 128 output channels × 128 inputs per step, 4 warps, 4 stages, split-K
+      to about 4 programs per SM; x's ≤ 16 rows are the 16-wide N side of wgmma m64n16k16. It beat the
+      CUDA-core GEMV kernel at every M ≤ 4 measured (at M = 1: 16.4 against 16.8 µs of CUDA-graph time on
+      14336 × 4096, 54 against 64 µs on 28672 × 8192; at M = 4 three times faster), and 64- or 256-wide
+      N tiles, 2 warps (mma.sync), 3 or 6 stages and other splits by up to 15%.
+    - 16 < M ≤ 64: the same with 64-row tiles of x, 2 waves.
     - M > 64: 256 output channels × 128 rows of x per tile, swapped (wgmma m64n128k16 with the dequantised
       weight as the register operand, xᵀ from shared memory: the weight tile is never written to shared
-      memory), 8 warps, 3 stages.
-    In the interpreter: small tiles, so that the CPU run stays short while still crossing several tiles
-    (the GEMV kernel for M ≤ 4 there too).
+      memory), 8 warps, 3 stages; the scale before the product (a second accumulator per group would
+      need another 128 registers per thread).
+    The GEMV kernel is no default: pin it with ``gemv=True`` to compare.
+    In the interpreter: small tiles, so that the CPU run stays short while still crossing several tiles.
     """
     return _choose_config(m, n, k, sm_count, interpret, bits)
 
@@ -874,21 +955,18 @@ def choose_config(
 def _choose_config(m: int, n: int, k: int, sm_count: int, interpret: bool, bits: int) -> W4A16Config:
     if interpret:
         block_k = 128 if bits == 4 else 32
-        if bits == 4 and m <= 4:
-            split = max(1, min(3, k // block_k))
-            return W4A16Config(_pow2_at_least(m), 32, block_k, split, 4, 1, False, True)
         if m <= SMALL_M:
             split = max(1, min(4, k // block_k))
-            return W4A16Config(16, 32, block_k, split, 4, 1, bits == 4)
+            return W4A16Config(16, 32, block_k, split, 4, 1, bits == 4, False, bits == 4)
         return W4A16Config(32, 32, block_k, 1, 4, 1)
-    table = W4_GPU_TABLE if bits == 4 else W8_GPU_TABLE
-    max_m, bm, bn, bk, nw, ns, swap, waves = next(row for row in table if m <= row[0])
-    gemv = bm == 0
-    if gemv:
-        bm = _pow2_at_least(m)
+    if bits == 4:
+        _, bm, bn, bk, nw, ns, swap, waves, after = next(row for row in W4_GPU_TABLE if m <= row[0])
+    else:
+        _, bm, bn, bk, nw, ns, swap, waves = next(row for row in W8_GPU_TABLE if m <= row[0])
+        after = False
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = _split_for(tiles, k // bk, waves, 2 if bits == 4 and bk == 128 else 1, sm_count)
-    return W4A16Config(bm, bn, bk, split, nw, ns, swap, gemv)
+    return W4A16Config(bm, bn, bk, split, nw, ns, swap, False, after)
 
 
 def _pow2_at_least(m: int) -> int:
@@ -933,6 +1011,8 @@ def _check_config(cfg: W4A16Config, bits: int) -> None:
         raise ValueError(f"block_k must be a multiple of the packing block {PACK_BLOCK} for int4, got {cfg}")
     if cfg.gemv and bits != 4:
         raise ValueError(f"the GEMV kernel is int4 only, got {cfg}")
+    if cfg.scale_after and (cfg.gemv or bits != 4):
+        raise ValueError(f"scale_after belongs to the int4 tensor-core kernel, got {cfg} for int{bits}")
     if cfg.split_k < 1 or cfg.num_warps < 1 or cfg.num_stages < 1:
         raise ValueError(f"split_k, num_warps and num_stages must be ≥ 1, got {cfg}")
 
@@ -1056,10 +1136,12 @@ def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.T
     if x.dtype == torch.float32:
         deq = 2
     elif sz is not None and weight.scales.dtype == x.dtype:
-        deq = 0
+        deq = 3 if cfg.scale_after else 0
     else:
         deq = 1
-    if deq == 0:  # the combined int32 words, [K // group, N]
+    # PTX on pairs of 16-bit values (sub/mul .bf16x2 need sm_90); the plain-Triton form gives the same bits
+    use_asm = cfg.asm and deq in (0, 3) and not INTERPRET and compute_capability(device) >= (9, 0)
+    if deq in (0, 3):  # the combined int32 words, [K // group, N]
         s, z = sz, None
         stride_sg, stride_sn = sz.stride()
         stride_zn = stride_zg = 0
@@ -1071,7 +1153,7 @@ def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.T
         x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
         *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg,
         GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1, DEQ=deq,
-        MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300, SWAP_AB=cfg.swap_ab,
+        MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300, SWAP_AB=cfg.swap_ab, USE_ASM=use_asm,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip

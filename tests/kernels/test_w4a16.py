@@ -10,6 +10,7 @@ separately: round trips within half a step, and the layer's error against the un
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -220,18 +221,19 @@ def test_matmul_matches_dequantised_product(device, m, n, k, group, symmetric, h
 
 
 def test_path_choice():
-    """M ≤ 16 splits K (when K is long enough to split), larger M runs the tiled GEMM; on a GPU config too."""
+    """M ≤ 16 splits K (when K is long enough to split) and scales after the product, larger M runs the
+    tiled GEMM; on a GPU the decode rows (M = 1 … 16) take the swapped tensor-core kernel split to fill an
+    H200, M ≤ 64 too, the GEMM neither; the GEMV kernel only when pinned."""
     assert wq.choose_config(1, 72, 384).split_k > 1 and wq.choose_config(16, 72, 384).split_k > 1
     assert wq.choose_config(17, 72, 384).split_k == 1 and wq.choose_config(37, 72, 384).split_k == 1
-    assert wq.choose_config(3, 72, 384).gemv and not wq.choose_config(5, 72, 384).gemv
-    for m in (1, 3, 4):  # the GEMV kernel, a power-of-two block_m ≥ m, split K to fill an H200
+    assert wq.choose_config(3, 72, 384).scale_after and not wq.choose_config(37, 72, 384).scale_after
+    for m in (1, 3, 4, 16, 64):
         decode = wq.choose_config(m, 4096, 4096, interpret=False)
-        assert decode.gemv and decode.block_m == {1: 1, 3: 4, 4: 4}[m] and decode.split_k > 1
+        assert not decode.gemv and decode.swap_ab and decode.scale_after and decode.split_k > 1
+        assert decode.block_m == (16 if m <= 16 else 64)
         assert triton.cdiv(4096, decode.block_n) * decode.split_k >= 132  # at least one program per SM
-    decode = wq.choose_config(16, 4096, 4096, interpret=False)
-    assert not decode.gemv and decode.block_m == 16 and decode.split_k > 1
-    assert triton.cdiv(4096, decode.block_n) * decode.split_k >= 132
-    assert wq.choose_config(512, 4096, 4096, interpret=False).split_k == 1
+    gemm = wq.choose_config(512, 4096, 4096, interpret=False)
+    assert gemm.split_k == 1 and not gemm.scale_after and not gemm.gemv
     assert wq.choose_config(1, 4096, 4096, interpret=False) is wq.choose_config(1, 4096, 4096, interpret=False)
 
 
@@ -257,6 +259,48 @@ def test_rows_with_and_without_split(device, m, split_k, swap):
     bias = _x((72,), F16, seed=2).to(device)
     cfg = wq.W4A16Config(32, 32, 128, split_k, 4, 1, swap)
     _check_matmul(x, qw, bias, wq.matmul(x, qw, bias, config=cfg), f"M={m} split {split_k} swap {swap}")
+
+
+# (M, N, K, group, symmetric, bias): odd N, 96-input tail blocks (K = 480) whose 12-word slices cross groups
+SCALE_AFTER_CASES = [
+    (1, 37, 480, 32, False, True),
+    (5, 72, 448, 64, True, False),
+    (16, 40, 384, 128, False, True),
+    (20, 40, 256, 128, False, False),
+]
+
+
+@pytest.mark.parametrize("m, n, k, group, symmetric, has_bias", SCALE_AFTER_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("swap, split_k", [(True, 1), (True, 3), (False, 2)])
+def test_scale_after_the_product(device, m, n, k, group, symmetric, has_bias, swap, split_k):
+    """scale_after: the MMA multiplies q − z (exact in fp16) and each group's fp32 sum takes its scale; every
+    group size, both operand orders, with and without split-K: within the policy of the dequantised product
+    (the weight is not rounded to 16 bits, so it may only be closer to float64)."""
+    qw = wq.quantize(_weight(n, k, F16).to(device), group, symmetric)
+    x = _x((m, k), F16).to(device)
+    bias = _x((n,), F16, seed=2).to(device) if has_bias else None
+    cfg = wq.W4A16Config(16, 32, 128, split_k, 4, 1, swap, False, True)
+    out = wq.matmul(x, qw, bias, config=cfg)
+    _check_matmul(x, qw, bias, out, f"scale after M={m} N={n} K={k} g{group} split {split_k} swap {swap}")
+    assert torch.equal(out, wq.matmul(x, qw, bias, config=cfg))  # deterministic
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("m", [1, 16, 37, 200])
+def test_ptx_dequant_gives_the_plain_triton_bits(dtype, m):
+    """The PTX dequantisation on pairs of 16-bit values (sm_90) and the plain-Triton form give the same bits,
+    with the default configs (scale after the product at M ≤ 64, before it for the GEMM) and the other
+    order; K = 480 has a 96-input tail block, N = 136 a masked tile."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the PTX form needs sm_90")
+    qw = wq.quantize(_weight(136, 480, dtype).cuda(), 32)
+    x = _x((m, 480), dtype).cuda()
+    default = wq.choose_config(m, 136, 480, sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    for cfg in (default, dataclasses.replace(default, scale_after=not default.scale_after)):
+        out = wq.matmul(x, qw, config=cfg)
+        assert torch.equal(out, wq.matmul(x, qw, config=dataclasses.replace(cfg, asm=False))), cfg
+        _check_matmul(x, qw, None, out, f"{dtype} M={m} {cfg}")
 
 
 # (M, N, K, group, symmetric, bias, weight dtype, x dtype): odd N, a tail block (K = 480, 224: 96-input
@@ -387,13 +431,18 @@ _COMPILE_SCRIPT = textwrap.dedent(
     from triton.backends.compiler import GPUTarget
     from kernels.quant import w4a16 as wq
 
-    bits, m = int(sys.argv[1]), int(sys.argv[2])
+    bits, m, gemv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
     cfg = wq.choose_config(m, 4096, 4096, interpret=False, bits=bits)
+    if gemv:  # no default: pinned
+        cfg = wq.W4A16Config(1, 64, 512, 4, 4, 1, False, True)
     if bits == 4:
         fn = wq._w4_gemv_kernel if cfg.gemv else wq._w4a16_kernel
         consts = dict(GROUP=128, SYMMETRIC=False, TAIL_WORDS=0, SPLIT=cfg.split_k > 1, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
-        consts.update(SZ=0) if cfg.gemv else consts.update(DEQ=0, MAGIC=0x6400, SWAP_AB=cfg.swap_ab)
+        if cfg.gemv:
+            consts.update(SZ=0)
+        else:
+            consts.update(DEQ=3 if cfg.scale_after else 0, MAGIC=0x6400, SWAP_AB=cfg.swap_ab, USE_ASM=True)
         pointers = {"X": "*fp16", "W": "*i32", "S": "*i32", "Out": "*fp16", "Part": "*fp32", "Cnt": "*i32"}
         none, ones = ("Z", "Bias"), ("stride_xk", "stride_wc", "stride_sn")
     else:
@@ -422,6 +471,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     ptx = kernel.asm["ptx"]
     loop = kernel.asm["ttgir"].split("scf.for", 1)[1].split("scf.yield", 1)[0]
+    print("pairs", ptx.count("sub.rn.f16x2"))
     print("loop-converts", loop.count("ttg.convert_layout"))
     print("local", ptx.count("ld.local") + ptx.count("st.local"))
     print(sorted(set(re.findall(r"(?:wgmma\\.mma_async\\.sync|mma\\.sync)\\.aligned\\.[\\w.]+", ptx))))
@@ -430,26 +480,30 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.parametrize(
-    "bits, m", [(4, 1), (4, 16), (4, 512), (8, 512)], ids=["w4-gemv", "w4-splitk", "w4-gemm", "w8-gemm"]
+    "bits, m, gemv",
+    [(4, 1, False), (4, 16, False), (4, 512, False), (4, 1, True), (8, 512, False)],
+    ids=["w4-decode", "w4-splitk", "w4-gemm", "w4-gemv", "w8-gemm"],
 )
-def test_gpu_path_compiles(bits, m):
+def test_gpu_path_compiles(bits, m, gemv):
     """Every int4 path builds for sm_90 with the default Hopper configs: the tensor-core ones as f16 wgmma
     (the split-K decode path's m64n16k16 with the weight as the register operand, the GEMM's m64n128k16),
-    the M = 1 GEMV without any MMA; none with a layout conversion inside the K loop or local memory in the
-    PTX; the int8 GEMM too."""
+    dequantised with the PTX on pairs of weights; the pinned GEMV without any MMA; none with a layout
+    conversion inside the K loop or local memory in the PTX; the int8 GEMM too."""
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m)], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m), "1" if gemv else "0"], env=env,
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     found = eval(lines[-1])
     assert lines[-2] == "local 0", run.stdout
     if bits == 4:
         assert lines[-3] == "loop-converts 0", run.stdout
-    if bits == 4 and m == 1:
+    if gemv:
         assert found == [], found  # CUDA cores only
         return
+    pairs = int(lines[-4].split()[1])
+    assert (pairs > 0) == (bits == 4), run.stdout  # the PTX dequantisation on f16x2 pairs
     assert found and all(".f16.f16" in f for f in found), found
     assert found[0].startswith("wgmma"), found
