@@ -83,7 +83,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device, compute_capability, multiprocessor_count
+from kernels._runtime import INTERPRET, LaunchCache, check_device, compute_capability, multiprocessor_count
 
 __all__ = [
     "W4Weight",
@@ -1100,6 +1100,11 @@ def _plan_w4(cfg: W4A16Config, m: int, n: int, k: int) -> tuple[tuple[int, int, 
     return grid, split, blocks_per_split, k_main, tail_words
 
 
+# the int4 kernels' launches after the first of each kind skip Triton's argument binding (kernels._runtime)
+_TENSOR_CORES = LaunchCache(_w4a16_kernel)
+_GEMV = LaunchCache(_w4_gemv_kernel)
+
+
 def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.Tensor:
     """One kernel launch and one ``torch.empty`` (the output) per call; the split-K workspace is cached."""
     n, k = weight.shape
@@ -1125,12 +1130,13 @@ def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.T
             s, z, sz_mode = weight.scales, weight.zeros, 2
             stride_sn, stride_sg = s.stride()
             stride_zn, stride_zg = z.stride() if z is not None else (0, 0)
-        _w4_gemv_kernel[grid](
-            x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
-            *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg,
-            GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1,
-            SZ=sz_mode, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        _GEMV.launch(
+            grid,
+            (x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
+             *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg),
+            dict(GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1,
+                 SZ=sz_mode, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
+            cfg.num_warps, cfg.num_stages,
         )  # fmt: skip
         return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
     if x.dtype == torch.float32:
@@ -1149,13 +1155,14 @@ def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.T
         s, z = weight.scales, weight.zeros
         stride_sn, stride_sg = s.stride()
         stride_zn, stride_zg = z.stride() if z is not None else (0, 0)
-    _w4a16_kernel[grid](
-        x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
-        *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg,
-        GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1, DEQ=deq,
-        MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300, SWAP_AB=cfg.swap_ab, USE_ASM=use_asm,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    _TENSOR_CORES.launch(
+        grid,
+        (x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
+         *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg),
+        dict(GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1, DEQ=deq,
+             MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300, SWAP_AB=cfg.swap_ab, USE_ASM=use_asm,
+             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
+        cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
 

@@ -11,6 +11,7 @@ separately: round trips within half a step, and the layer's error against the un
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -224,9 +225,10 @@ def test_path_choice():
     """M ≤ 16 splits K (when K is long enough to split) and scales after the product, larger M runs the
     tiled GEMM; on a GPU the decode rows (M = 1 … 16) take the swapped tensor-core kernel split to fill an
     H200, M ≤ 64 too, the GEMM neither; the GEMV kernel only when pinned."""
-    assert wq.choose_config(1, 72, 384).split_k > 1 and wq.choose_config(16, 72, 384).split_k > 1
-    assert wq.choose_config(17, 72, 384).split_k == 1 and wq.choose_config(37, 72, 384).split_k == 1
-    assert wq.choose_config(3, 72, 384).scale_after and not wq.choose_config(37, 72, 384).scale_after
+    small = functools.partial(wq.choose_config, interpret=True)  # the interpreter's tiles, on any machine
+    assert small(1, 72, 384).split_k > 1 and small(16, 72, 384).split_k > 1
+    assert small(17, 72, 384).split_k == 1 and small(37, 72, 384).split_k == 1
+    assert small(3, 72, 384).scale_after and not small(37, 72, 384).scale_after
     for m in (1, 3, 4, 16, 64):
         decode = wq.choose_config(m, 4096, 4096, interpret=False)
         assert not decode.gemv and decode.swap_ab and decode.scale_after and decode.split_k > 1
@@ -301,6 +303,23 @@ def test_ptx_dequant_gives_the_plain_triton_bits(dtype, m):
         out = wq.matmul(x, qw, config=cfg)
         assert torch.equal(out, wq.matmul(x, qw, config=dataclasses.replace(cfg, asm=False))), cfg
         _check_matmul(x, qw, None, out, f"{dtype} M={m} {cfg}")
+
+
+@pytest.mark.gpu
+def test_repeated_launches_take_the_cached_launcher():
+    """After the first launch of a kind, matmul calls the compiled kernel's launcher directly
+    (kernels._runtime.LaunchCache): the same bits on repeat; a new entry, and a right result, for a 16-byte
+    aligned strided x, a misaligned one, another M and a bias."""
+    qw = wq.quantize(_weight(136, 480, BF16).cuda(), 32)
+    rows = _x((5, 488), BF16).cuda()
+    bias = _x((136,), BF16, seed=2).cuda()
+    cache = wq._TENSOR_CORES._compiled
+    for x, b in ((rows[:3, :480], None), (rows[:3, 8:], None), (rows[:3, 1:481], None), (rows[:, 8:], bias)):
+        before = len(cache)
+        first = wq.matmul(x, qw, b)
+        assert len(cache) == before + 1, "each of these launches has a key of its own"
+        assert torch.equal(wq.matmul(x, qw, b), first) and len(cache) == before + 1
+        _check_matmul(x, qw, b, first, f"cached launch {tuple(x.shape)} at {x.data_ptr() % 16}")
 
 
 # (M, N, K, group, symmetric, bias, weight dtype, x dtype): odd N, a tail block (K = 480, 224: 96-input
