@@ -308,17 +308,18 @@ def test_ptx_dequant_gives_the_plain_triton_bits(dtype, m):
 @pytest.mark.gpu
 def test_repeated_launches_take_the_cached_launcher():
     """After the first launch of a kind, matmul calls the compiled kernel's launcher directly
-    (kernels._runtime.LaunchCache): the same bits on repeat; a new entry, and a right result, for a 16-byte
-    aligned strided x, a misaligned one, another M and a bias."""
+    (kernels._runtime.LaunchCache): the same bits on repeat; a strided x at another 16-byte aligned address
+    takes the same entry, a misaligned one and another M with a bias new ones; every result right."""
     qw = wq.quantize(_weight(136, 480, BF16).cuda(), 32)
     rows = _x((5, 488), BF16).cuda()
     bias = _x((136,), BF16, seed=2).cuda()
     cache = wq._TENSOR_CORES._compiled
-    for x, b in ((rows[:3, :480], None), (rows[:3, 8:], None), (rows[:3, 1:481], None), (rows[:, 8:], bias)):
+    cases = ((rows[:3, :480], None, 1), (rows[:3, 8:], None, 0), (rows[:3, 1:481], None, 1), (rows[:, 8:], bias, 1))
+    for x, b, new in cases:
         before = len(cache)
         first = wq.matmul(x, qw, b)
-        assert len(cache) == before + 1, "each of these launches has a key of its own"
-        assert torch.equal(wq.matmul(x, qw, b), first) and len(cache) == before + 1
+        assert len(cache) == before + new, (x.data_ptr() % 16, tuple(x.shape))
+        assert torch.equal(wq.matmul(x, qw, b), first) and len(cache) == before + new
         _check_matmul(x, qw, b, first, f"cached launch {tuple(x.shape)} at {x.data_ptr() % 16}")
 
 
