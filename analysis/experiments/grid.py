@@ -27,7 +27,7 @@ MODE_SLUG = {"fwd": "", "bwd": "_bwd", "fwd+bwd": "_fwdbwd"}
 SHARD_S = 4.5  # a new Python process: imports, CUDA context, environment check
 TUNED = ("ours-fa2", "ours-fa2-eager", "ours-varlen", "ours-fa2-padded")  # autotuned on every new shape
 TUNE_S, OURS_S, OTHER_S = 1.3, 0.3, 0.05  # fixed seconds per point: compile+tune, compile (cached), setup
-CALLS, TUNE_CALLS = 9, 50  # untimed calls of a point (gate, peak memory, do_bench's estimate), tuner's
+CALLS, TUNE_CALLS = 9, 50  # untimed calls of a point (gate, peak memory, the harness's estimate), tuner's
 # Nominal TFLOP/s on an H200 for the long-call term (fwd; gradient modes use their own FLOPs).
 NOMINAL_TFLOPS = {
     "ours-fa1": 60,

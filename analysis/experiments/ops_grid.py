@@ -198,7 +198,7 @@ def spec_of(fields: dict) -> QuantSpec | MoeSpec:
 SHARD_S = 4.5  # a new Python process: imports, CUDA context, environment check
 SHAPE_S = {"quant": 1.5, "moe": 2.0}  # weights drawn, quantised, converted; expert weights drawn
 POINT_S = 0.1  # inputs, the float64 reference on sampled rows, the gate
-CALLS = 9  # untimed calls of a point: the gate, peak memory, do_bench's estimate
+CALLS = 9  # untimed calls of a point: the gate, peak memory, the harness's estimate
 BANDWIDTH = 4.0e12  # bytes/s, a nominal H200 stream rate
 TFLOPS = 600e12  # a nominal bf16 dense rate
 LOOP_S = 200e-6  # per expert and call of the PyTorch loops (a host synchronisation each)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 import pandas as pd
 import pytest
@@ -172,6 +173,21 @@ def test_time_gpu_quantiles_ordered():
     x = torch.randn(1024, 1024, device="cuda")
     timing = harness.time_gpu(lambda: x @ x, warmup_ms=5, rep_ms=20)
     assert 0 < timing.ms_p20 <= timing.ms_median <= timing.ms_p80
+
+
+@pytest.mark.gpu
+def test_time_gpu_leaves_out_the_host_side():
+    """A call that spends 50 µs on the host before launching a few µs of GPU work is timed at the GPU work
+    (the GPU-side wait before each start event covers the host side), and far below the host time."""
+    x = torch.zeros(1024, device="cuda")
+
+    def call():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 50e-6:
+            pass
+        x.add_(1.0)
+
+    assert harness.time_gpu(call, warmup_ms=2, rep_ms=10).ms_median < 0.02
 
 
 @pytest.mark.gpu
