@@ -7,8 +7,8 @@ draws W once (normal, scaled by 1/√k so that outputs are O(1)), quantises it, 
 - ``ours-w4a16``: ``kernels.quant.w4a16.matmul`` (int4 dequantised in registers; split-K for M ≤ 16);
 - ``ours-w8a16``: ``w4a16.matmul_w8`` on the int8 per-channel weight;
 - ``torch-linear``: ``F.linear`` on the unquantised 16-bit weight (cuBLAS);
-- ``dequant-linear``: ``w4a16.dequantize`` to a 16-bit weight in memory, then ``F.linear`` (the unfused
-  path, both timed together);
+- ``dequant-linear``: ``w4a16.dequantize`` to a 16-bit weight in memory (on a GPU one Triton kernel at
+  memory speed, ``w4a16.unpack_to_memory``), then ``F.linear`` (the unfused path, both timed together);
 - ``torch-int4pack``: PyTorch's int4 weight-only kernel ``torch._weight_int4pack_mm`` on the same codes
   (bfloat16 on CUDA only; elsewhere an ``unsupported`` row);
 - ``copy-weight``: a device copy of the packed int4 codes, once per shard (``m`` empty): the copy

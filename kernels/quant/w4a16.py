@@ -91,6 +91,7 @@ __all__ = [
     "W4A16Config",
     "quantize",
     "dequantize",
+    "unpack_to_memory",
     "pack_codes",
     "unpack_codes",
     "quantize_w8",
@@ -553,6 +554,48 @@ def _w4_epilogue(acc, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n
 
 
 @triton.jit
+def _w4_unpack_kernel(
+    W,  # (N, K // 8) int32, the blocked packing
+    SZ,  # (K // GROUP, N) int32 scale_zero words
+    Out,  # (N, K) in the scales' 16-bit dtype
+    N,
+    k_main,
+    stride_wn,
+    stride_sg,
+    stride_on,
+    GROUP: tl.constexpr,
+    TAIL_WORDS: tl.constexpr,
+    MAGIC: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Dequantise to memory (the unfused path ``dequantize`` takes on a GPU): program (N tile, 128-input
+    block) writes ``(q − z) · s`` of its ``[BLOCK_N, 128]`` tile with the matmul kernel's helper, the same
+    single rounding as the float32 reference."""
+    pid_n = tl.program_id(0)
+    kb = tl.program_id(1) * 128
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_c = tl.arange(0, 16)
+    n_mask = offs_n[:, None] < N
+    w_ptrs = W + offs_n[:, None] * stride_wn + offs_c[None, :]
+    o_ptrs = Out + offs_n[:, None] * stride_on + offs_c[None, :]
+    if kb < k_main:
+        words = tl.load(w_ptrs + kb // 8, mask=n_mask, other=0)
+        for i in tl.static_range(8):
+            sz = tl.load(SZ + ((kb + 16 * i) // GROUP) * stride_sg + offs_n, mask=offs_n < N, other=0)
+            w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, True, USE_ASM)
+            tl.store(o_ptrs + kb + 16 * i, w, mask=n_mask)
+    elif TAIL_WORDS > 0:  # the shorter last block: nibble i of word c is input k_main + i·TAIL_WORDS + c
+        c_ok = n_mask & (offs_c[None, :] < TAIL_WORDS)
+        words = tl.load(w_ptrs + k_main // 8, mask=c_ok, other=0)
+        for i in tl.static_range(8):
+            cols = k_main + i * TAIL_WORDS + offs_c[None, :]
+            sz = tl.load(SZ + (cols // GROUP) * stride_sg + offs_n[:, None], mask=c_ok, other=0)
+            w = _w4_dequant_sz(words, sz, i, MAGIC, True, USE_ASM)
+            tl.store(o_ptrs + k_main + i * TAIL_WORDS, w, mask=c_ok)
+
+
+@triton.jit
 def _int8_weight_tile(W, offs_n, offs_k, n_mask, k_mask, stride_wn, stride_wk):
     """The int8 codes of a tile ``[BLOCK_K, BLOCK_N]`` as fp32; the per-channel scale comes after the dot."""
     mask = k_mask[:, None] & n_mask[None, :]
@@ -843,16 +886,43 @@ def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
 
 def dequantize(weight: W4Weight, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``[N, K]`` ``(q − z) · s`` in ``dtype`` (default: the original weight's), computed in float32
-    (float64 when asked for float64: exact)."""
+    (float64 when asked for float64: exact). On a GPU, in the scales' own 16-bit dtype, one Triton kernel
+    (``unpack_to_memory``: the same bits, at memory speed), so that the unfused baseline
+    (dequantise-to-memory, then a GEMM) is what a serving stack would run."""
     if not isinstance(weight, W4Weight):
         raise TypeError(f"expected a W4Weight from quantize(), got {type(weight).__name__}")
     dtype = weight.dtype if dtype is None else dtype
+    if weight.packed.is_cuda and not INTERPRET and weight.scale_zero is not None and weight.scales.dtype == dtype:
+        return unpack_to_memory(weight)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     n, k = weight.shape
     g = weight.group_size
     codes = unpack_codes(weight.packed).to(work).reshape(n, k // g, g)
     zeros = 8.0 if weight.symmetric else weight.zeros.to(work)[..., None]
     return ((codes - zeros) * weight.scales.to(work)[..., None]).reshape(n, k).to(dtype)
+
+
+def unpack_to_memory(weight: W4Weight) -> torch.Tensor:
+    """``[N, K]`` ``(q − z) · s`` in the scales' 16-bit dtype, written by one Triton kernel (what ``dequantize``
+    runs on a GPU; callable on the CPU through the interpreter for tests): the bits of ``dequantize``."""
+    if weight.scale_zero is None:
+        raise ValueError("unpack_to_memory needs 16-bit scales (a float16 or bfloat16 weight)")
+    n, k = weight.shape
+    out = torch.empty((n, k), device=weight.packed.device, dtype=weight.scales.dtype)
+    k_main, tail_words = _block_split(k)
+    block_n = 64
+    sz = weight.scale_zero
+    use_asm = not INTERPRET and compute_capability(weight.packed.device) >= (9, 0)
+    grid = (triton.cdiv(n, block_n), triton.cdiv(k, PACK_BLOCK), 1)
+    with _device_context(weight.packed):
+        _UNPACK.launch(
+            grid,
+            (weight.packed, sz, out, n, k_main, weight.packed.stride(0), sz.stride(0), out.stride(0)),
+            dict(GROUP=weight.group_size, TAIL_WORDS=tail_words, MAGIC=0x6400 if out.dtype == torch.float16 else 0x4300,
+                 USE_ASM=use_asm, BLOCK_N=block_n),
+            4, 1,
+        )  # fmt: skip
+    return out
 
 
 def quantize_w8(w: torch.Tensor) -> W8Weight:
@@ -1108,6 +1178,7 @@ _TENSOR_CORES = LaunchCache(_w4a16_kernel)
 _GEMV = LaunchCache(_w4_gemv_kernel)
 _W8 = LaunchCache(_w8a16_matmul_kernel)
 _REDUCE = LaunchCache(_splitk_reduce_kernel)
+_UNPACK = LaunchCache(_w4_unpack_kernel)
 
 
 def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.Tensor:

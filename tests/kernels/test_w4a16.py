@@ -126,6 +126,28 @@ def test_zero_and_constant_groups():
         assert torch.allclose(deq[1, :32], torch.full((32,), 0.25, dtype=torch.float64), rtol=1e-3)
 
 
+@pytest.mark.parametrize(
+    "n, k, group, symmetric, dtype",
+    [
+        (40, 480, 32, False, F16),
+        (37, 224, 32, True, F16),
+        (21, 448, 64, False, F16),
+        pytest.param(37, 224, 32, True, BF16, marks=pytest.mark.gpu),
+        pytest.param(72, 384, 128, False, BF16, marks=pytest.mark.gpu),
+    ],
+    ids=lambda v: str(v),
+)
+def test_unpack_to_memory_gives_the_dequantised_bits(device, n, k, group, symmetric, dtype):
+    """The dequantise-to-memory kernel (dequantize's GPU path, the unfused baseline): the bits of the float32
+    reference rounded once, with odd N, 96- and 32-input tail blocks, every group size (bf16 on the GPU
+    only: Triton 3.6's interpreter bitcasts to bfloat16 wrongly)."""
+    qw = wq.quantize(_weight(n, k, dtype).to(device), group, symmetric)
+    assert torch.equal(wq.unpack_to_memory(qw), wq.dequantize(qw, F32).to(dtype))
+    assert torch.equal(wq.dequantize(qw), wq.dequantize(qw, F32).to(dtype))
+    with pytest.raises(ValueError, match="16-bit scales"):
+        wq.unpack_to_memory(wq.quantize(_weight(8, 64, F32).to(device), 32))
+
+
 def test_quantize_w8_round_trip():
     w = _weight(40, 100, F16)
     q8 = wq.quantize_w8(w)
