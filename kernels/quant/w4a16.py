@@ -587,12 +587,11 @@ def _w4_unpack_kernel(
             tl.store(o_ptrs + kb + 16 * i, w, mask=n_mask)
     elif TAIL_WORDS > 0:  # the shorter last block: nibble i of word c is input k_main + i·TAIL_WORDS + c
         c_ok = n_mask & (offs_c[None, :] < TAIL_WORDS)
-        words = tl.load(w_ptrs + k_main // 8, mask=c_ok, other=0)
+        tail = tl.load(w_ptrs + k_main // 8, mask=c_ok, other=0)
         for i in tl.static_range(8):
             cols = k_main + i * TAIL_WORDS + offs_c[None, :]
-            sz = tl.load(SZ + (cols // GROUP) * stride_sg + offs_n[:, None], mask=c_ok, other=0)
-            w = _w4_dequant_sz(words, sz, i, MAGIC, True, USE_ASM)
-            tl.store(o_ptrs + k_main + i * TAIL_WORDS, w, mask=c_ok)
+            sz_t = tl.load(SZ + (cols // GROUP) * stride_sg + offs_n[:, None], mask=c_ok, other=0)
+            tl.store(o_ptrs + k_main + i * TAIL_WORDS, _w4_dequant_sz(tail, sz_t, i, MAGIC, True, USE_ASM), mask=c_ok)
 
 
 @triton.jit

@@ -549,3 +549,38 @@ def test_gpu_path_compiles(bits, m, gemv):
     assert (pairs > 0) == (bits == 4), run.stdout  # the PTX dequantisation on f16x2 pairs
     assert found and all(".f16.f16" in f for f in found), found
     assert found[0].startswith("wgmma"), found
+
+
+_UNPACK_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from kernels.quant import w4a16 as wq
+
+    fn = wq._w4_unpack_kernel
+    for dtype, magic in (("fp16", 0x6400), ("bf16", 0x4300)):
+        for tail in (0, 4, 12):
+            sig = {n: "i32" for n in fn.arg_names}
+            sig.update(W="*i32", SZ="*i32", Out="*" + dtype)
+            consts = dict(GROUP=32, TAIL_WORDS=tail, MAGIC=magic, USE_ASM=True, BLOCK_N=64)
+            sig.update({n: "constexpr" for n in consts})
+            src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
+            ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
+            print(dtype, tail, ptx.count("sub.rn." + ("f16x2" if dtype == "fp16" else "bf16x2")))
+    """
+)
+
+
+def test_unpack_kernel_compiles_for_sm90():
+    """The dequantise-to-memory kernel builds for sm_90 in both 16-bit dtypes, with and without a tail block
+    (its tail branch is a runtime one, so that its values must type like the main branch's), with the PTX
+    pairs; the interpreter alone would not notice."""
+    if "nvidia" not in triton.backends.backends:
+        pytest.skip("this Triton has no NVIDIA backend to compile with")
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", _UNPACK_SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    counts = {tuple(line.split()[:2]): int(line.split()[2]) for line in run.stdout.strip().splitlines()}
+    assert len(counts) == 6 and all(c > 0 for c in counts.values()), run.stdout
