@@ -27,46 +27,59 @@ group that Triton's pipeliner issues as cp.async like the words (2-byte scale lo
 
 Dequantisation (tensor-core kernel): when the scales have x's dtype (fp16 weights with fp16 x, bf16 with
 bf16), in that dtype, without an int-to-float conversion: ``MAGIC | q`` is the bits of ``2^e + q`` (1024 + q
-in fp16, 128 + q in bf16), minus the stored ``2^e + z`` is ``q − z`` exactly, times ``s`` is the single
-rounding that ``dequantize(weight, x.dtype)`` makes: the same bits. Otherwise in fp32 and rounded once to
-x's dtype; fp32 activations keep an exact IEEE (not TF32) mode.
+in fp16, 128 + q in bf16), minus the stored ``2^e + z`` is ``q − z`` exactly. Two ways on from there:
+``q − z`` times ``s`` (the single rounding that ``dequantize(weight, x.dtype)`` makes: the same bits), fed
+to the MMA (the GEMM, M > 64); or, with ``scale_after`` (the default for M ≤ 64), ``q − z`` itself (exact
+in 16 bits) fed to the MMA, each group's product summed in fp32 and then multiplied by the group's scale:
+one multiply per output and group instead of one per weight, and the weight never rounded to 16 bits.
+Compiled for sm_90, both go through PTX on pairs of values (``_w4_dequant_sz``): per two weights one
+shift, one ``lop3``, one ``sub.bf16x2`` (and one ``mul.bf16x2``), against about twice as many SASS
+instructions for the plain-Triton form (which the interpreter runs, and which gives the same bits).
+Otherwise (other scale dtypes) in fp32 and rounded once to x's dtype; fp32 activations keep an exact IEEE
+(not TF32) mode. ``dequantize`` itself, on a GPU, is one Triton kernel (``unpack_to_memory``) with the
+same helper: the unfused baseline at memory speed.
 
 Kernels. Tensor cores (``_w4a16_kernel``): grid (M tiles, N tiles, K slices). ``swap_ab`` computes
 ``outᵀ = W · xᵀ`` so that the dequantised weight is the MMA's A operand, the one Hopper's wgmma takes from
 registers (and x is the N side, ≥ 16 wide: a decode step's rows pad to wgmma m64n16k16 instead of a 64-row
-tile of x). CUDA cores (``_w4_gemv_kernel``, the default for M ≤ 4): no tl.dot, grid (N tiles, K slices,
-M tiles); per weight one and, one add and one FMA per row of x, the weight never rounded to 16 bits (the
-kernel's docstring). Split-K, both kernels, in one launch and deterministic: each K slice stores its fp32
-partial sum to a cached ``[split, M, N]`` workspace and increments its output tile's counter (atomic,
-acq_rel); the last slice to arrive adds the partial sums in the fixed order 0, 1, …, adds the bias, stores
-the output and puts the counter back to 0 (the counters are zeroed once, when the workspace is allocated,
-per device and stream). Without split-K, bias and cast are in the epilogue. int8 per-channel weights
-(``quantize_w8``) use a separate, plain tiled kernel (split-K there still uses a second, reduce kernel).
+tile of x). CUDA cores (``_w4_gemv_kernel``, only when pinned with ``gemv=True``: slower than the tensor
+cores at every M ≤ 4 measured on the H200): no tl.dot, grid (N tiles, K slices, M tiles); per weight one
+and, one add and one FMA per row of x, the weight never rounded to 16 bits (the kernel's docstring).
+Split-K, both kernels, in one launch and deterministic: each K slice stores its fp32 partial sum to a
+cached ``[split, M, N]`` workspace and increments its output tile's counter (atomic, acq_rel); the last
+slice to arrive adds the partial sums in the fixed order 0, 1, …, adds the bias, stores the output and puts
+the counter back to 0 (the counters are zeroed once, when the workspace is allocated, per device and
+stream). Without split-K, bias and cast are in the epilogue. int8 per-channel weights (``quantize_w8``) use
+a separate, plain tiled kernel (split-K there still uses a second, reduce kernel).
 
-Host side of ``matmul`` (what a decode step pays per call): attribute checks, a cached ``choose_config``
-and launch plan, one ``torch.empty`` (the output), one kernel launch; no device guard unless x is on
-another device than the current one, no memset, no copy of a contiguous 2-D x.
+Host side of ``matmul`` (what a decode step pays per call, about 27 µs on the H200's host against 14 µs for
+``F.linear``): attribute checks, a cached ``choose_config`` and launch plan, one ``torch.empty`` (the
+output), one kernel launch through ``kernels._runtime.LaunchCache`` (after the first launch of a kind, the
+compiled kernel's launcher directly, without Triton's per-call binding of 34 arguments: 44 µs before); no
+device guard unless x is on another device than the current one, no memset, no copy of a contiguous 2-D x.
 
 Handles: any M (including 0) and leading dimensions, any N (masked tails), K a multiple of the group size
 (int4) or any K (int8), float16 and bfloat16 activations on the GPU, float32 activations as an exact
 testing mode. Does not handle: activation quantisation, act-order (GPTQ's permuted groups), a backward pass.
 
 Tested: in Triton's interpreter on CPU (float16, float32; odd shapes, tails, every split and operand order,
-both kernels, split-K counters reused across shapes: tests/kernels/test_w4a16.py; Triton 3.6's interpreter
-computes bfloat16 wrongly, so the bf16 paths are checked only on a GPU). Compiled (not run) for sm_90 with
-Triton 3.6, bf16, group 128, ptxas -v: GEMV M = 1 (64 × 512 per step, 4 warps) 80 registers, M = 2 128,
-M = 4 230, no spills, 256 B–1 KiB of shared memory (the column sums), no layout conversion in the K loop,
-~5.7 SASS instructions per weight at M = 1; the split-K decode config (M ≤ 16: 16 × 64 × 256, 4 warps,
-4 stages, swapped) ``wgmma m64n16k16`` with the weight from registers, 57.5 KiB, 56 registers; the GEMM
-config (M > 64: 128 × 256 × 128, 8 warps, 3 stages, swapped) ``wgmma m64n128k16``, 130 KiB, 254 registers,
-no spills. Measured on an H200 (bf16, group 128, asymmetric), the tensor-core kernel before the GEMV path
-and the one-launch split-K: 14336 × 4096 at M = 1 27.7 µs of kernel (+ 1.1 µs of reduce kernel) but 142 µs
-of host time per call, so 104 µs under ``do_bench`` (cuBLAS bf16 ``F.linear``: 40.7, its kernel 30.2);
-28672 × 8192 at M = 1 86.6 µs of kernel; at M = 4096 1.2 ms (cuBLAS 0.62 ms). The current version (GEMV
-path, one-launch split-K, lighter host path) in the shipped H200 run (reports/reference/h200/ops.csv;
-every point passed the float64 gate): M = 1 1.31–1.58× ``F.linear`` (31–41% of the copy bandwidth), M = 4
-0.60–0.67× (a probe found the tensor-core split-K config twice as fast as the GEMV path there), M = 16
-0.84–1.26×, M = 4096 0.50–0.56×; host time about 35 µs per call. ``W4_GPU_TABLE`` is still reasoned.
+both scale placements, both kernels, split-K counters reused across shapes: tests/kernels/test_w4a16.py;
+Triton 3.6's interpreter computes bfloat16 wrongly, so the bf16 paths are checked only on a GPU), compiled
+for sm_90 on the CPU (every default path: wgmma, the PTX pairs, no layout conversion in the K loop, no local
+memory), and on an H200 (the whole file, bf16 included; the PTX and plain-Triton forms bit for bit).
+Compiled for sm_90 (bf16, group 128, ``.dev/sass.py``): the decode config (16 × 128 × 128, 4 warps,
+4 stages, swapped, scale after) has 426 SASS instructions in its K loop for 128 weights a thread (3.3 a
+weight; 609 in the plain-Triton form), 126 registers; the GEMM config (128 × 256 × 128, 8 warps, 3 stages)
+460 for 128 weights a thread (723 plain), 238 registers, no spills.
+
+Measured on an H200, shipped run (reports/reference/h200/ops.csv, bf16, group 128, asymmetric; every point
+passed the float64 gate), on 4096 → 14336, 14336 → 4096 and 8192 → 28672 layers: M = 1 1.55–1.71×
+``F.linear`` (1.1–1.7 TB/s on the packed bytes, 37–42% of the copy figure), 0.82–0.89× PyTorch's int4
+kernel; M = 4 1.56–1.75×; M = 16 1.49–1.76× ``F.linear`` and 2.5–3.7× PyTorch's int4 kernel; M = 64
+0.85–0.91×; M = 4096 0.59–0.68× cuBLAS, where dequantising to memory and then ``F.linear`` (1.04–1.15×
+cuBLAS's time) is faster than this fused kernel. A read-only Triton kernel streaming the same packed words
+(``.dev/w4_probe4.py``) took 40 µs on the largest layer under the same flush (2.9 TB/s, 74% of the copy
+figure), this kernel 74 µs: bound by issue and latency, not by the bytes.
 
 Layers, top to bottom: the ``@triton.jit`` kernels and helpers; the weight formats and quantisers;
 configuration (dataclass, tables by M, heuristic); the launchers; the public functions ``matmul`` and
@@ -1288,10 +1301,12 @@ def matmul(
         config: pin a launch (``choose_config`` otherwise); ``split_k > 1`` splits K, ``gemv`` picks the
             CUDA-core kernel.
 
-    Returns: ``[..., N]`` in x's dtype. Tensor-core path: the dequantised weight is rounded to x's dtype
-    before the product (fp32 accumulation), as ``x @ dequantize(weight, x.dtype).T`` would. GEMV path
-    (``config.gemv``, the default for M ≤ 4): the weight is not rounded to 16 bits; ``(q − z)·x`` is exact
-    in fp32, summed per group in fp32 and scaled by the group's scale (no more error than the former).
+    Returns: ``[..., N]`` in x's dtype. Tensor-core path with the scale before the product (the GEMM,
+    M > 64): the dequantised weight is rounded to x's dtype before the product (fp32 accumulation), as
+    ``x @ dequantize(weight, x.dtype).T`` would. With the scale after it (``config.scale_after``, the default
+    for M ≤ 64) and on the GEMV path (``config.gemv``): the weight is not rounded to 16 bits; ``(q − z)·x``
+    is exact in fp32, summed per group in fp32 and scaled by the group's scale (no more error than the
+    former).
     Split-K is deterministic (fixed summation order) and runs in one launch.
     Raises ``TypeError``/``ValueError`` for unsupported dtypes, devices or shapes.
     """
