@@ -151,6 +151,26 @@ def _w4_dequant(words, shift, s, z, MAGIC: tl.constexpr, SYMMETRIC: tl.constexpr
         return w.to(dtype)
 
 
+def _pairs_ptx(kind: str, magic: int, scale: bool) -> str:
+    """PTX for nibble i of two words at once (``_w4_dequant_sz``): $0 the ``kind`` (f16x2 or bf16x2) result,
+    $1 $2 the two words, $3 $4 their scale_zero words, $5 the ``prmt`` selector of nibbles 0–3 or 4–7, $7
+    the shift within them ($6 and $8 are the second copies that pack=2 passes)."""
+    body = (
+        "{ .reg .b32 p, t, z, s; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
+        f"lop3.b32 t, t, 0x000F000F, {magic:#010x}, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
+    )
+    if scale:
+        return body + f"prmt.b32 s, $3, $4, 0x5410; sub.rn.{kind} t, t, z; mul.rn.{kind} $0, t, s; }}"
+    return body + f"sub.rn.{kind} $0, t, z; }}"
+
+
+_PAIRS_IO = tl.constexpr("=r,r,r,r,r,r,r,r,r")
+_PAIRS_F16 = tl.constexpr(_pairs_ptx("f16x2", 0x64006400, False))
+_PAIRS_F16_SCALE = tl.constexpr(_pairs_ptx("f16x2", 0x64006400, True))
+_PAIRS_BF16 = tl.constexpr(_pairs_ptx("bf16x2", 0x43004300, False))
+_PAIRS_BF16_SCALE = tl.constexpr(_pairs_ptx("bf16x2", 0x43004300, True))
+
+
 @triton.jit
 def _w4_dequant_sz(words, sz, i: tl.constexpr, MAGIC: tl.constexpr, SCALE: tl.constexpr, USE_ASM: tl.constexpr):
     """Nibble i of every word from the int32 ``scale_zero`` words ``sz`` (broadcast to the words' shape), in
@@ -171,29 +191,13 @@ def _w4_dequant_sz(words, sz, i: tl.constexpr, MAGIC: tl.constexpr, SCALE: tl.co
         args = [words, sz, sel, tl.full(words.shape, 4 * (i % 4), tl.int32)]
         if MAGIC == 0x6400:
             if SCALE:
-                w = tl.inline_asm_elementwise(
-                    "{ .reg .b32 p, t, z, s; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
-                    "lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
-                    "prmt.b32 s, $3, $4, 0x5410; sub.rn.f16x2 t, t, z; mul.rn.f16x2 $0, t, s; }",
-                    "=r,r,r,r,r,r,r,r,r", args, dtype=tl.float16, is_pure=True, pack=2)  # fmt: skip
+                w = tl.inline_asm_elementwise(_PAIRS_F16_SCALE, _PAIRS_IO, args, tl.float16, is_pure=True, pack=2)
             else:
-                w = tl.inline_asm_elementwise(
-                    "{ .reg .b32 p, t, z; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
-                    "lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
-                    "sub.rn.f16x2 $0, t, z; }",
-                    "=r,r,r,r,r,r,r,r,r", args, dtype=tl.float16, is_pure=True, pack=2)  # fmt: skip
+                w = tl.inline_asm_elementwise(_PAIRS_F16, _PAIRS_IO, args, tl.float16, is_pure=True, pack=2)
         elif SCALE:
-            w = tl.inline_asm_elementwise(
-                "{ .reg .b32 p, t, z, s; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
-                "lop3.b32 t, t, 0x000F000F, 0x43004300, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
-                "prmt.b32 s, $3, $4, 0x5410; sub.rn.bf16x2 t, t, z; mul.rn.bf16x2 $0, t, s; }",
-                "=r,r,r,r,r,r,r,r,r", args, dtype=tl.bfloat16, is_pure=True, pack=2)  # fmt: skip
+            w = tl.inline_asm_elementwise(_PAIRS_BF16_SCALE, _PAIRS_IO, args, tl.bfloat16, is_pure=True, pack=2)
         else:
-            w = tl.inline_asm_elementwise(
-                "{ .reg .b32 p, t, z; prmt.b32 p, $1, $2, $5; shr.u32 t, p, $7; "
-                "lop3.b32 t, t, 0x000F000F, 0x43004300, 0xEA; prmt.b32 z, $3, $4, 0x7632; "
-                "sub.rn.bf16x2 $0, t, z; }",
-                "=r,r,r,r,r,r,r,r,r", args, dtype=tl.bfloat16, is_pure=True, pack=2)  # fmt: skip
+            w = tl.inline_asm_elementwise(_PAIRS_BF16, _PAIRS_IO, args, tl.bfloat16, is_pure=True, pack=2)
     else:
         if MAGIC == 0x6400:
             dtype = tl.float16
