@@ -5,10 +5,10 @@ in_features) and 16-bit activations ``x [..., K]``. The weight is stored either 
 (``quantize``: one scale, and for the asymmetric format one zero point, per ``group_size`` consecutive
 inputs of an output row), or as int8 with one scale per output channel (``quantize_w8``). The kernel loads
 the packed integers, unpacks them with shifts and masks, subtracts the zero point, multiplies by the scale
-and feeds the result to ``tl.dot`` with an fp32 accumulator (for a few rows of x, a CUDA-core GEMV instead):
-the 16-bit weight only ever exists as a register tile, never in memory. That is the point of the format: a
-decode step (M of a few tokens) is bound by reading the weights, and int4 reads ¼ of the fp16 bytes (plus
-the scales and zero points: 4 bytes per group, 1/32 of a byte per weight at group 128).
+and feeds the result to ``tl.dot`` with an fp32 accumulator: the 16-bit weight only ever exists as a
+register tile, never in memory. That is the point of the format: a decode step (M of a few tokens) is
+bound by reading the weights, and int4 reads ¼ of the fp16 bytes (plus the scales and zero points: 4 bytes
+per group, 1/32 of a byte per weight at group 128).
 
 Packed int4 layout (``W4Weight.packed``, int32 ``[N, K // 8]``, row-major), in blocks of ``PACK_BLOCK`` =
 128 inputs: within the block starting at input ``k0`` (16 words per row), nibble i (bits ``4i … 4i + 3``) of
@@ -42,10 +42,10 @@ same helper: the unfused baseline at memory speed.
 Kernels. Tensor cores (``_w4a16_kernel``): grid (M tiles, N tiles, K slices). ``swap_ab`` computes
 ``outᵀ = W · xᵀ`` so that the dequantised weight is the MMA's A operand, the one Hopper's wgmma takes from
 registers (and x is the N side, ≥ 16 wide: a decode step's rows pad to wgmma m64n16k16 instead of a 64-row
-tile of x). CUDA cores (``_w4_gemv_kernel``, only when pinned with ``gemv=True``: slower than the tensor
-cores at every M ≤ 4 measured on the H200): no tl.dot, grid (N tiles, K slices, M tiles); per weight one
-and, one add and one FMA per row of x, the weight never rounded to 16 bits (the kernel's docstring).
-Split-K, both kernels, in one launch and deterministic: each K slice stores its fp32 partial sum to a
+tile of x). A CUDA-core GEMV kernel (no tl.dot; an and, an add and an FMA per weight and row of x) was
+the decode path until this kernel with the PTX pairs beat it at every M ≤ 4 on the H200 (at M = 1 16.4
+against 16.8 µs of CUDA-graph time on 14336 × 4096 and 54 against 64 µs on 28672 × 8192; three times faster
+at M = 4), and was removed. Split-K in one launch and deterministic: each K slice stores its fp32 partial sum to a
 cached ``[split, M, N]`` workspace and increments its output tile's counter (atomic, acq_rel); the last
 slice to arrive adds the partial sums in the fixed order 0, 1, …, adds the bias, stores the output and puts
 the counter back to 0 (the counters are zeroed once, when the workspace is allocated, per device and
@@ -63,7 +63,7 @@ Handles: any M (including 0) and leading dimensions, any N (masked tails), K a m
 testing mode. Does not handle: activation quantisation, act-order (GPTQ's permuted groups), a backward pass.
 
 Tested: in Triton's interpreter on CPU (float16, float32; odd shapes, tails, every split and operand order,
-both scale placements, both kernels, split-K counters reused across shapes: tests/kernels/test_w4a16.py;
+both scale placements, the int4 and int8 kernels, split-K counters reused across shapes: tests/kernels/test_w4a16.py;
 Triton 3.6's interpreter computes bfloat16 wrongly, so the bf16 paths are checked only on a GPU), compiled
 for sm_90 on the CPU (every default path: wgmma, the PTX pairs, no layout conversion in the K loop, no local
 memory), and on an H200 (the whole file, bf16 included; the PTX and plain-Triton forms bit for bit).
@@ -129,26 +129,16 @@ ACTIVATION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
-def _w4_dequant(words, shift, s, z, MAGIC: tl.constexpr, SYMMETRIC: tl.constexpr, DEQ: tl.constexpr, dtype):
-    """``(q − z) · s`` of nibble ``shift // 4`` of every word, in the operand dtype ``dtype``.
-
-    DEQ 0 (the scales are in ``dtype``, fp16 or bf16): the code is made a 16-bit float without a conversion
-    instruction, ``MAGIC | q`` being the bits of ``2^e + q`` (1024 + q in fp16, 128 + q in bf16; both exact),
-    so ``(MAGIC | q) − (MAGIC | z)`` is ``q − z`` exactly and the product with ``s`` is the one rounding
-    that ``dequantize(weight, dtype)`` makes. DEQ 1: in fp32, then rounded to ``dtype`` (other scale
-    dtypes: the same single rounding). DEQ 2: fp32 (the exact fp32 mode).
-    """
-    q = (words >> shift) & 0xF
-    if DEQ == 0:  # z is already 2^e + z in dtype (from scale_zero)
-        qf = (q | MAGIC).to(tl.int16).to(dtype, bitcast=True)
-        return (qf - z) * s
+def _w4_dequant(words, shift, s, z, SYMMETRIC: tl.constexpr, dtype):
+    """``(q − z) · s`` of nibble ``shift // 4`` of every word in fp32, rounded once to ``dtype`` (DEQ 1:
+    scales of another dtype than x's; DEQ 2, ``dtype`` fp32: the exact fp32 mode). With 16-bit scales in
+    x's dtype the kernel uses ``_w4_dequant_sz`` instead."""
+    qf = ((words >> shift) & 0xF).to(tl.float32)
+    if SYMMETRIC:
+        w = (qf - 8.0) * s.to(tl.float32)
     else:
-        qf = q.to(tl.float32)
-        if SYMMETRIC:
-            w = (qf - 8.0) * s.to(tl.float32)
-        else:
-            w = (qf - z.to(tl.float32)) * s.to(tl.float32)
-        return w.to(dtype)
+        w = (qf - z.to(tl.float32)) * s.to(tl.float32)
+    return w.to(dtype)
 
 
 def _pairs_ptx(kind: str, magic: int, scale: bool) -> str:
@@ -253,8 +243,8 @@ def _w4a16_kernel(
     SYMMETRIC: tl.constexpr,
     TAIL_WORDS: tl.constexpr,  # (K − k_main) / 8: 0, 4, 8 or 12
     SPLIT: tl.constexpr,  # split_k > 1: partial sums, reduced by the last program of each tile
-    DEQ: tl.constexpr,  # see _w4_dequant
-    MAGIC: tl.constexpr,  # 0x6400 (fp16) or 0x4300 (bf16), for DEQ 0
+    DEQ: tl.constexpr,  # 0, 3: scale_zero words, scale before / after the product; 1, 2: _w4_dequant
+    MAGIC: tl.constexpr,  # 0x6400 (fp16) or 0x4300 (bf16), for DEQ 0 and 3
     SWAP_AB: tl.constexpr,  # compute outᵀ = W · xᵀ (the weight as the MMA's A operand) instead of x · Wᵀ
     USE_ASM: tl.constexpr,  # DEQ 0 through PTX on pairs of weights (_w4_dequant_sz); compiled for sm_90 only
     BLOCK_M: tl.constexpr,
@@ -334,8 +324,6 @@ def _w4a16_kernel(
                     g = kb // GROUP + (16 * i) // GROUP
                     if DEQ == 0:  # S is the int32 scale_zero: scale bits low, 2^e + z bits high
                         sz = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0)
-                        s = sz  # unused
-                        z = sz
                     else:
                         s = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0.0)
                         z = s  # unused when SYMMETRIC
@@ -347,9 +335,9 @@ def _w4a16_kernel(
                     else:
                         w = _w4_dequant_sz(words, sz[None, :], i, MAGIC, True, USE_ASM)
                 elif SWAP_AB:
-                    w = _w4_dequant(words, 4 * i, s[:, None], z[:, None], MAGIC, SYMMETRIC, DEQ, dtype)
+                    w = _w4_dequant(words, 4 * i, s[:, None], z[:, None], SYMMETRIC, dtype)
                 else:
-                    w = _w4_dequant(words, 4 * i, s[None, :], z[None, :], MAGIC, SYMMETRIC, DEQ, dtype)
+                    w = _w4_dequant(words, 4 * i, s[None, :], z[None, :], SYMMETRIC, dtype)
                 x = tl.load(x_ptrs + (kb + 16 * i) * stride_xk, mask=xb_mask, other=0.0)
                 acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
     if TAIL_WORDS > 0:
@@ -378,157 +366,11 @@ def _w4a16_kernel(
                     z = s
                     if not SYMMETRIC:
                         z = tl.load(Z + sn * stride_zn + g * stride_zg, mask=t_mask, other=0)
-                    w = _w4_dequant(words, 4 * i, s, z, MAGIC, SYMMETRIC, DEQ, dtype)
+                    w = _w4_dequant(words, 4 * i, s, z, SYMMETRIC, dtype)
                 x = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=tx_mask, other=0.0)
                 acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
     tile = pid_m * tl.num_programs(1) + pid_n
     _w4_epilogue(acc, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT, SWAP_AB)
-
-
-@triton.jit
-def _w4_gemv_scale_zero(S, Z, s_off, z_off, mask, SZ: tl.constexpr, SYMMETRIC: tl.constexpr):
-    """(scale, zero point) as fp32 for the GEMV kernel. SZ 0/1: S is the int32 ``scale_zero`` (fp16/bf16
-    scale in bits 0–15, z in bits 16–23); SZ 2: S holds the scales, Z the uint8 zero points (or None:
-    symmetric, z = 8). ``bitcast(z | 0x4B000000) − 2^23`` is z as fp32 without a conversion instruction."""
-    if SZ < 2:
-        sz = tl.load(S + s_off, mask=mask, other=0)
-        if SZ == 0:
-            s = sz.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-        else:
-            s = sz.to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
-        z = (((sz >> 16) & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-    else:
-        s = tl.load(S + s_off, mask=mask, other=0.0).to(tl.float32)
-        if SYMMETRIC:
-            z = tl.full(s.shape, 8.0, tl.float32)
-        else:
-            z = tl.load(Z + z_off, mask=mask, other=0).to(tl.float32)
-    return s, z
-
-
-@triton.jit
-def _w4_gemv_kernel(
-    X,  # (M, K) activations
-    W,  # (N, K // 8) int32, the blocked packing (module docstring)
-    S,  # SZ 0/1: the int32 scale_zero words, SZ 2: (N, K // GROUP) scales (any strides)
-    Z,  # SZ 2: (N, K // GROUP) uint8 zero points, or None (symmetric)
-    Bias,  # (N,) or None
-    Out,  # (M, N) in X's dtype, contiguous
-    Part,  # SPLIT: (split_k, M, N) float32 partial sums, else unused
-    Cnt,  # SPLIT: int32 arrival counters, one per output tile, 0 between launches, else unused
-    M,
-    N,
-    k_main,
-    blocks_per_split,
-    split_k,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wc,
-    stride_sn,
-    stride_sg,
-    stride_zn,
-    stride_zg,
-    GROUP: tl.constexpr,
-    SYMMETRIC: tl.constexpr,
-    TAIL_WORDS: tl.constexpr,
-    SPLIT: tl.constexpr,
-    SZ: tl.constexpr,  # see _w4_gemv_scale_zero
-    BLOCK_M: tl.constexpr,  # rows of x per program (all of a decode step's)
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # a multiple of 128: packing blocks per loop step
-):
-    """CUDA-core matrix-vector product (no tl.dot) for a few rows of x: BLOCK_N outputs × one K slice.
-
-    Per 128-input block: one ``[BLOCK_N, 16]`` word tile; nibble i is inputs ``k0 + 16i … k0 + 16i + 15``.
-    Without an int-to-float conversion or a shift per weight: nibble i stays in place (nibbles 5–7 after
-    one shift of the word by 20), ``bitcast((w | 0x4B000000) & (0xF·16^e | 0x4B000000))`` is the fp32
-    ``2^23 + q·16^e`` and minus ``2^23 + z·16^e`` it is ``(q − z)·16^e`` exactly (e ≤ 4); the 16 columns
-    of x are scaled by ``16^−e`` (exact) and multiplied into ``t [BLOCK_M, BLOCK_N, 16]``: and, add, FMA per
-    weight (the FMA per row of x), plus the conversion and scaling of x's slice per thread, which the
-    BLOCK_N / (8 · num_warps) rows each thread holds share. At the end of each group the 16 columns are
-    summed and ``acc [BLOCK_M, BLOCK_N] += s · Σ_columns t``.
-    The weight is never rounded to 16 bits: ``Σ_g s_g · Σ_(k ∈ g) (q − z)·x`` in fp32."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    pid_m = tl.program_id(2)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_c = tl.arange(0, 16)
-    m3 = offs_m[:, None, None]
-    n3 = offs_n[None, :, None]
-    c3 = offs_c[None, None, :]
-    x_mask = m3 < M  # [BM, 1, 1]
-    n_mask = n3 < N  # [1, BN, 1]
-    w_ptrs = W + n3 * stride_wn + c3 * stride_wc  # [1, BN, 16]
-    x_ptrs = X + m3 * stride_xm + c3 * stride_xk  # [BM, 1, 16]
-    s_off = n3 * stride_sn
-    z_off = n3 * stride_zn
-    s_off2 = offs_n[None, :] * stride_sn  # [1, BN]: the scales again, in the layout of the sums
-    n_mask2 = offs_n[None, :] < N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    k_start = pid_k * blocks_per_split * 128
-    k_stop = tl.minimum(k_main, k_start + blocks_per_split * 128)
-    for k0 in range(k_start, k_stop, BLOCK_K):
-        for b in tl.static_range(BLOCK_K // 128):
-            kb = k0 + b * 128
-            if BLOCK_K > 128:  # the last step of a slice may be partial: its missing blocks read as zeros
-                b_ok = kb < k_stop
-                wb_mask = n_mask & b_ok
-                wb_mask2 = n_mask2 & b_ok
-                xb_mask = x_mask & b_ok
-            else:
-                wb_mask = n_mask
-                wb_mask2 = n_mask2
-                xb_mask = x_mask
-            words = tl.load(w_ptrs + (kb // 8) * stride_wc, mask=wb_mask, other=0)
-            # the fp32 exponent bits of 2^23 set once per word (nibbles 5, 6, 7 moved to bits 0–11 first), so
-            # that one and per weight leaves 2^23 + q·16^e
-            low = words | 0x4B000000
-            high = (words >> 20) | 0x4B000000
-            for gi in tl.static_range(128 // GROUP):
-                g = kb // GROUP + gi
-                s, z = _w4_gemv_scale_zero(S, Z, s_off + g * stride_sg, z_off + g * stride_zg, wb_mask, SZ, SYMMETRIC)
-                for ii in tl.static_range(GROUP // 16):
-                    i = gi * (GROUP // 16) + ii
-                    # nibble i in place, at bits 4e … 4e + 3 (e ≤ 4: inside fp32's 23 mantissa bits): the and
-                    # makes 2^23 + q·16^e; minus 2^23 + z·16^e it is (q − z)·16^e exactly, and x's slice
-                    # carries the 16^−e (a power of two: exact)
-                    if i < 5:
-                        src = low
-                        e = i
-                    else:
-                        src = high
-                        e = i - 5
-                    qf = (src & ((0xF << (4 * e)) | 0x4B000000)).to(tl.float32, bitcast=True)
-                    qf = qf - (z * (1 << (4 * e)) + 8388608.0)
-                    xv = tl.load(x_ptrs + (kb + 16 * i) * stride_xk, mask=xb_mask, other=0.0).to(tl.float32)
-                    if e > 0:
-                        xv = xv * (1.0 / (1 << (4 * e)))
-                    if ii == 0:
-                        t = qf * xv
-                    else:
-                        t += qf * xv
-                # the group's 16 columns summed here (a few adds and two shuffles per row and thread), so that
-                # the loop carries [BLOCK_M, BLOCK_N] and t keeps the layout of the word loads
-                s2, _ = _w4_gemv_scale_zero(S, Z, s_off2 + g * stride_sg, s_off2, wb_mask2, SZ, True)
-                acc += s2 * tl.sum(t, axis=2)
-    if TAIL_WORDS > 0:
-        if pid_k == split_k - 1:
-            # the last, shorter block: nibble i of word c is input k_main + i·TAIL_WORDS + c; the group may
-            # change along c (12-word tails), so scales and zero points are per element here
-            c_ok = c3 < TAIL_WORDS
-            t_mask = n_mask & c_ok
-            words = tl.load(w_ptrs + (k_main // 8) * stride_wc, mask=t_mask, other=0)
-            for i in tl.static_range(8):
-                g = (k_main + i * TAIL_WORDS + c3) // GROUP
-                s, z = _w4_gemv_scale_zero(S, Z, s_off + g * stride_sg, z_off + g * stride_zg, t_mask, SZ, SYMMETRIC)
-                qf = ((words >> (4 * i)) & 0xF).to(tl.float32) - z
-                xv = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=x_mask & c_ok, other=0.0)
-                acc += tl.sum((qf * s) * xv.to(tl.float32), axis=2)
-    out = acc
-    tile = pid_m * tl.num_programs(0) + pid_n
-    _w4_epilogue(out, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT, False)
 
 
 @triton.jit
@@ -970,8 +812,7 @@ class W4A16Config:
 
     swap_ab (int4 tensor-core path only): compute ``outᵀ = W · xᵀ``, the dequantised weight being the MMA's
     first operand (the one Hopper's wgmma, and mma.sync, take from registers) and the rows of x its N
-    dimension. gemv (int4 only): the CUDA-core kernel (``_w4_gemv_kernel``, no tl.dot) for a few rows of x;
-    block_m is then the rows of x per program (a power of two ≥ 1). For int4, block_k is a multiple of 128
+    dimension. For int4, block_k is a multiple of 128
     (whole packing blocks per loop step). scale_after (int4 tensor-core path, 16-bit x with 16-bit scales):
     the MMA multiplies ``q − z`` (exact in 16 bits) and each group's fp32 sum is then multiplied by its
     scale, instead of multiplying every weight by it. asm: where the GPU allows (sm_90), dequantise with
@@ -985,7 +826,6 @@ class W4A16Config:
     num_warps: int
     num_stages: int
     swap_ab: bool = False
-    gemv: bool = False
     scale_after: bool = False
     asm: bool = True
 
@@ -1024,16 +864,14 @@ def choose_config(
     - M ≤ 16 (decode, bound by reading the weights): the swapped tensor-core kernel with the scale after
       the product (``scale_after``), 128 output channels × 128 inputs per step, 4 warps, 4 stages, split-K
       to about 4 programs per SM; x's ≤ 16 rows are the 16-wide N side of wgmma m64n16k16. It beat the
-      CUDA-core GEMV kernel at every M ≤ 4 measured (at M = 1: 16.4 against 16.8 µs of CUDA-graph time on
-      14336 × 4096, 54 against 64 µs on 28672 × 8192; at M = 4 three times faster), and 64- or 256-wide
-      N tiles, 2 warps (mma.sync), 3 or 6 stages and other splits by up to 15%.
+      former CUDA-core GEMV kernel at every M ≤ 4 (module docstring), and 64- or 256-wide N tiles, 2 warps
+      (mma.sync), 3 or 6 stages and other splits by up to 15%.
     - 16 < M ≤ 64: the same with 64-row tiles of x, 2 waves.
     - M > 64: 256 output channels × 128 rows of x per tile, swapped (wgmma m64n128k16 with the dequantised
       weight as the register operand, xᵀ from shared memory: the weight tile is never written to shared
       memory), 8 warps, 3 stages; the scale before the product (a second accumulator per group would
       need another 128 registers per thread). Up to M = 256 K is split to about one program per SM (the
       shipped run before this had M = 256 on 4096 outputs in 32 programs: 0.21× F.linear).
-    The GEMV kernel is no default: pin it with ``gemv=True`` to compare.
     In the interpreter: small tiles, so that the CPU run stays short while still crossing several tiles.
     """
     return _choose_config(m, n, k, sm_count, interpret, bits)
@@ -1045,7 +883,7 @@ def _choose_config(m: int, n: int, k: int, sm_count: int, interpret: bool, bits:
         block_k = 128 if bits == 4 else 32
         if m <= SMALL_M:
             split = max(1, min(4, k // block_k))
-            return W4A16Config(16, 32, block_k, split, 4, 1, bits == 4, False, bits == 4)
+            return W4A16Config(16, 32, block_k, split, 4, 1, bits == 4, bits == 4)
         return W4A16Config(32, 32, block_k, 1, 4, 1)
     if bits == 4:
         _, bm, bn, bk, nw, ns, swap, waves, after = next(row for row in W4_GPU_TABLE if m <= row[0])
@@ -1054,11 +892,7 @@ def _choose_config(m: int, n: int, k: int, sm_count: int, interpret: bool, bits:
         after = False
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = _split_for(tiles, k // bk, waves, 2 if bits == 4 and bk == 128 else 1, sm_count)
-    return W4A16Config(bm, bn, bk, split, nw, ns, swap, False, after)
-
-
-def _pow2_at_least(m: int) -> int:
-    return 1 << max(0, m - 1).bit_length()
+    return W4A16Config(bm, bn, bk, split, nw, ns, swap, after)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1089,18 +923,14 @@ def _check_activations(x: torch.Tensor, shape: tuple[int, int], bias: torch.Tens
 
 
 def _check_config(cfg: W4A16Config, bits: int) -> None:
-    # tl.dot needs power-of-two tiles of at least 16; the GEMV kernel power-of-two tiles of any size
-    low = 1 if cfg.gemv else 16
-    for name in ("block_m", "block_n", "block_k"):
+    for name in ("block_m", "block_n", "block_k"):  # tl.dot: power-of-two tiles of at least 16
         value = getattr(cfg, name)
-        if value < low or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two ≥ {low}, got {value} in {cfg}")
+        if value < 16 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two ≥ 16, got {value} in {cfg}")
     if bits == 4 and cfg.block_k % PACK_BLOCK:
         raise ValueError(f"block_k must be a multiple of the packing block {PACK_BLOCK} for int4, got {cfg}")
-    if cfg.gemv and bits != 4:
-        raise ValueError(f"the GEMV kernel is int4 only, got {cfg}")
-    if cfg.scale_after and (cfg.gemv or bits != 4):
-        raise ValueError(f"scale_after belongs to the int4 tensor-core kernel, got {cfg} for int{bits}")
+    if cfg.scale_after and bits != 4:
+        raise ValueError(f"scale_after belongs to the int4 kernel, got {cfg} for int{bits}")
     if cfg.split_k < 1 or cfg.num_warps < 1 or cfg.num_stages < 1:
         raise ValueError(f"split_k, num_warps and num_stages must be ≥ 1, got {cfg}")
 
@@ -1182,16 +1012,12 @@ def _plan_w4(cfg: W4A16Config, m: int, n: int, k: int) -> tuple[tuple[int, int, 
     steps = triton.cdiv(blocks, per_step)
     blocks_per_split = triton.cdiv(steps, min(cfg.split_k, max(steps, 1))) * per_step
     split = max(1, triton.cdiv(blocks, blocks_per_split)) if blocks else 1
-    if cfg.gemv:
-        grid = (triton.cdiv(n, cfg.block_n), split, triton.cdiv(m, cfg.block_m))
-    else:
-        grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
+    grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
     return grid, split, blocks_per_split, k_main, tail_words
 
 
 # launches after the first of each kind skip Triton's argument binding (kernels._runtime.LaunchCache)
 _TENSOR_CORES = LaunchCache(_w4a16_kernel)
-_GEMV = LaunchCache(_w4_gemv_kernel)
 _W8 = LaunchCache(_w8a16_matmul_kernel)
 _REDUCE = LaunchCache(_splitk_reduce_kernel)
 _UNPACK = LaunchCache(_w4_unpack_kernel)
@@ -1213,24 +1039,6 @@ def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.T
     else:
         part = cnt = None
     sz = weight.scale_zero
-    if cfg.gemv:
-        if sz is not None:  # [K // group, N] int32
-            s, z, sz_mode = sz, None, 0 if weight.scales.dtype == torch.float16 else 1
-            stride_sg, stride_sn = sz.stride()
-            stride_zn = stride_zg = 0
-        else:
-            s, z, sz_mode = weight.scales, weight.zeros, 2
-            stride_sn, stride_sg = s.stride()
-            stride_zn, stride_zg = z.stride() if z is not None else (0, 0)
-        _GEMV.launch(
-            grid,
-            (x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
-             *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg),
-            dict(GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1,
-                 SZ=sz_mode, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
-            cfg.num_warps, cfg.num_stages,
-        )  # fmt: skip
-        return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
     if x.dtype == torch.float32:
         deq = 2
     elif sz is not None and weight.scales.dtype == x.dtype:
@@ -1273,18 +1081,17 @@ def _launch_w8(x, weight: W8Weight, bias, config: W4A16Config | None) -> torch.T
     stride_os = target.stride(0) if split > 1 else 0
     w, scales = weight.qweight, weight.scales
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
-    with _device_context(x):
-        _W8.launch(
-            grid,
-            (x2, w, scales, bias if split == 1 else None, target, m, n, k_per_split, k,
-             x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), scales.stride(0),
-             stride_os, target.stride(-2), target.stride(-1)),
-            dict(SPLIT_K=split, IS_FP32=x.dtype == torch.float32,
-                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
-            cfg.num_warps, cfg.num_stages,
-        )  # fmt: skip
-        if split > 1:
-            _reduce(target, bias, out, split)
+    _W8.launch(
+        grid,
+        (x2, w, scales, bias if split == 1 else None, target, m, n, k_per_split, k,
+         x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), scales.stride(0),
+         stride_os, target.stride(-2), target.stride(-1)),
+        dict(SPLIT_K=split, IS_FP32=x.dtype == torch.float32,
+             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
+        cfg.num_warps, cfg.num_stages,
+    )  # fmt: skip
+    if split > 1:
+        _reduce(target, bias, out, split)
     return out.reshape(*lead, n)
 
 
@@ -1302,13 +1109,13 @@ def matmul(
         x: ``[..., K]`` float16 or bfloat16 (float32: exact IEEE mode, for tests); any leading dims, any M.
         weight: a ``W4Weight`` from ``quantize`` of an ``[N, K]`` weight, on x's device.
         bias: ``[N]`` or None; added in fp32 before the output is rounded.
-        config: pin a launch (``choose_config`` otherwise); ``split_k > 1`` splits K, ``gemv`` picks the
-            CUDA-core kernel.
+        config: pin a launch (``choose_config`` otherwise); ``split_k > 1`` splits K, ``scale_after`` places
+            the scale after the product.
 
     Returns: ``[..., N]`` in x's dtype. Tensor-core path with the scale before the product (the GEMM,
     M > 64): the dequantised weight is rounded to x's dtype before the product (fp32 accumulation), as
     ``x @ dequantize(weight, x.dtype).T`` would. With the scale after it (``config.scale_after``, the default
-    for M ≤ 64) and on the GEMV path (``config.gemv``): the weight is not rounded to 16 bits; ``(q − z)·x``
+    for M ≤ 64): the weight is not rounded to 16 bits; ``(q − z)·x``
     is exact in fp32, summed per group in fp32 and scaled by the group's scale (no more error than the
     former).
     Split-K is deterministic (fixed summation order) and runs in one launch.
@@ -1321,11 +1128,8 @@ def matmul(
     else:
         tensors, names = (weight.packed, weight.scales), ("packed", "scales")
     _check_activations(x, weight.shape, bias, tensors, names)
-    device = x.device
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            return _launch_w4(x, weight, bias, config)
-    return _launch_w4(x, weight, bias, config)
+    with _device_context(x):
+        return _launch_w4(x, weight, bias, config)
 
 
 def matmul_w8(
@@ -1339,4 +1143,5 @@ def matmul_w8(
     if not isinstance(weight, W8Weight):
         raise TypeError(f"weight must be a W8Weight from quantize_w8(), got {type(weight).__name__}")
     _check_activations(x, weight.shape, bias, (weight.qweight, weight.scales), ("qweight", "scales"))
-    return _launch_w8(x, weight, bias, config)
+    with _device_context(x):
+        return _launch_w8(x, weight, bias, config)

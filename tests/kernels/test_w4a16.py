@@ -246,18 +246,18 @@ def test_matmul_matches_dequantised_product(device, m, n, k, group, symmetric, h
 def test_path_choice():
     """M ≤ 16 splits K (when K is long enough to split) and scales after the product, larger M runs the
     tiled GEMM; on a GPU the decode rows (M = 1 … 16) take the swapped tensor-core kernel split to fill an
-    H200, M ≤ 64 too, the GEMM neither; the GEMV kernel only when pinned."""
+    H200, M ≤ 64 too, the GEMM neither."""
     small = functools.partial(wq.choose_config, interpret=True)  # the interpreter's tiles, on any machine
     assert small(1, 72, 384).split_k > 1 and small(16, 72, 384).split_k > 1
     assert small(17, 72, 384).split_k == 1 and small(37, 72, 384).split_k == 1
     assert small(3, 72, 384).scale_after and not small(37, 72, 384).scale_after
     for m in (1, 3, 4, 16, 64):
         decode = wq.choose_config(m, 4096, 4096, interpret=False)
-        assert not decode.gemv and decode.swap_ab and decode.scale_after and decode.split_k > 1
+        assert decode.swap_ab and decode.scale_after and decode.split_k > 1
         assert decode.block_m == (16 if m <= 16 else 64)
         assert triton.cdiv(4096, decode.block_n) * decode.split_k >= 132  # at least one program per SM
     gemm = wq.choose_config(512, 4096, 4096, interpret=False)
-    assert gemm.split_k == 1 and not gemm.scale_after and not gemm.gemv
+    assert gemm.split_k == 1 and not gemm.scale_after
     assert wq.choose_config(1, 4096, 4096, interpret=False) is wq.choose_config(1, 4096, 4096, interpret=False)
 
 
@@ -303,7 +303,7 @@ def test_scale_after_the_product(device, m, n, k, group, symmetric, has_bias, sw
     qw = wq.quantize(_weight(n, k, F16).to(device), group, symmetric)
     x = _x((m, k), F16).to(device)
     bias = _x((n,), F16, seed=2).to(device) if has_bias else None
-    cfg = wq.W4A16Config(16, 32, 128, split_k, 4, 1, swap, False, True)
+    cfg = wq.W4A16Config(16, 32, 128, split_k, 4, 1, swap, True)
     out = wq.matmul(x, qw, bias, config=cfg)
     _check_matmul(x, qw, bias, out, f"scale after M={m} N={n} K={k} g{group} split {split_k} swap {swap}")
     assert torch.equal(out, wq.matmul(x, qw, bias, config=cfg))  # deterministic
@@ -346,8 +346,9 @@ def test_repeated_launches_take_the_cached_launcher():
 
 
 # (M, N, K, group, symmetric, bias, weight dtype, x dtype): odd N, a tail block (K = 480, 224: 96-input
-# tails whose 12-word slices cross groups of 32), fp32 weights (separate scales and zero points)
-GEMV_CASES = [
+# tails whose 12-word slices cross groups of 32), fp32 weights (separate scales and zero points: dequantised
+# in fp32), fp32 x (the exact mode)
+DECODE_CASES = [
     (1, 37, 256, 128, False, False, F16, F16),
     (2, 75, 480, 32, False, True, F16, F16),
     (3, 40, 384, 64, True, True, F16, F16),
@@ -358,28 +359,20 @@ GEMV_CASES = [
 ]
 
 
-@pytest.mark.parametrize("m, n, k, group, symmetric, has_bias, wdtype, dtype", GEMV_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("m, n, k, group, symmetric, has_bias, wdtype, dtype", DECODE_CASES, ids=lambda v: str(v))
 @pytest.mark.parametrize("split_k", [1, 2, 3])
-def test_gemv_path(device, m, n, k, group, symmetric, has_bias, wdtype, dtype, split_k):
-    """The CUDA-core GEMV kernel at M = 1…4, split 1, 2, 3 (one launch, last program reduces), a 256-input
-    step whose blocks may be missing, bias, odd N: within the tolerance policy of the dequantised product
-    (the weight is not rounded to 16 bits there, so it may only be closer to the float64 product)."""
+def test_decode_rows(device, m, n, k, group, symmetric, has_bias, wdtype, dtype, split_k):
+    """M = 1…4 on the decode path (swapped, scale after the product where the scales allow it), split 1, 2, 3
+    (one launch, last program reduces), a 256-input step whose blocks may be missing, bias, odd N, weight
+    and activation dtypes that differ: within the tolerance policy of the dequantised product."""
     qw = wq.quantize(_weight(n, k, wdtype).to(device), group, symmetric)
     x = _x((m, k), dtype).to(device)
     bias = _x((n,), dtype, seed=2).to(device) if has_bias else None
     for block_n, block_k in ((16, 256), (32, 128)):
-        cfg = wq.W4A16Config(wq._pow2_at_least(m), block_n, block_k, split_k, 4, 1, False, True)
+        cfg = wq.W4A16Config(16, block_n, block_k, split_k, 4, 1, True, True)
         out = wq.matmul(x, qw, bias, config=cfg)
-        _check_matmul(x, qw, bias, out, f"gemv M={m} N={n} K={k} split {split_k} bn {block_n} bk {block_k}")
+        _check_matmul(x, qw, bias, out, f"decode M={m} N={n} K={k} split {split_k} bn {block_n} bk {block_k}")
     assert torch.equal(out, wq.matmul(x, qw, bias, config=cfg))  # the same bits again
-
-
-def test_gemv_rows_over_several_programs(device):
-    """block_m smaller than M: several row tiles, each with its own split-K counters."""
-    qw = wq.quantize(_weight(40, 384, F16).to(device), 64)
-    x = _x((3, 384), F16).to(device)
-    out = wq.matmul(x, qw, config=wq.W4A16Config(1, 16, 128, 3, 4, 1, False, True))
-    _check_matmul(x, qw, None, out, "gemv block_m 1, M 3")
 
 
 def test_splitk_counters_are_reused(device):
@@ -388,10 +381,10 @@ def test_splitk_counters_are_reused(device):
     shapes = [(2, 72, 512, True), (16, 40, 384, False), (1, 200, 256, True), (4, 520, 640, True)]
     first = {}
     for rep in range(2):
-        for m, n, k, gemv in shapes:
+        for m, n, k, after in shapes:
             qw = wq.quantize(_weight(n, k, F16, seed=n).to(device), 128)
             x = _x((m, k), F16, seed=m).to(device)
-            cfg = wq.W4A16Config(wq._pow2_at_least(m) if gemv else 16, 16 if gemv else 32, 128, 3, 4, 1, True, gemv)
+            cfg = wq.W4A16Config(16, 32, 128, 3, 4, 1, True, after)
             out = wq.matmul(x, qw, config=cfg)
             if rep == 0:
                 _check_matmul(x, qw, None, out, f"reuse {m}x{n}x{k}")
@@ -456,8 +449,10 @@ def test_bad_matmul_inputs(device):
         wq.matmul(x, qw, config=wq.W4A16Config(16, 24, 128, 1, 4, 1))
     with pytest.raises(ValueError, match="multiple of the packing block"):
         wq.matmul(x, qw, config=wq.W4A16Config(16, 32, 64, 1, 4, 1))
-    with pytest.raises(ValueError, match="power of two"):
-        wq.matmul(x, qw, config=wq.W4A16Config(1, 24, 128, 1, 4, 1, False, True))
+    with pytest.raises(ValueError, match="scale_after belongs to the int4 kernel"):
+        wq.matmul_w8(
+            x, wq.quantize_w8(_weight(40, 64, F16).to(device)), config=wq.W4A16Config(16, 16, 32, 1, 4, 1, False, True)
+        )
     with pytest.raises(ValueError, match="power of two ≥ 16"):
         wq.matmul(x, qw, config=wq.W4A16Config(4, 32, 128, 1, 4, 1))  # tl.dot tiles need 16
 
@@ -473,18 +468,13 @@ _COMPILE_SCRIPT = textwrap.dedent(
     from triton.backends.compiler import GPUTarget
     from kernels.quant import w4a16 as wq
 
-    bits, m, gemv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+    bits, m = int(sys.argv[1]), int(sys.argv[2])
     cfg = wq.choose_config(m, 4096, 4096, interpret=False, bits=bits)
-    if gemv:  # no default: pinned
-        cfg = wq.W4A16Config(1, 64, 512, 4, 4, 1, False, True)
     if bits == 4:
-        fn = wq._w4_gemv_kernel if cfg.gemv else wq._w4a16_kernel
+        fn = wq._w4a16_kernel
         consts = dict(GROUP=128, SYMMETRIC=False, TAIL_WORDS=0, SPLIT=cfg.split_k > 1, BLOCK_M=cfg.block_m,
-                      BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
-        if cfg.gemv:
-            consts.update(SZ=0)
-        else:
-            consts.update(DEQ=3 if cfg.scale_after else 0, MAGIC=0x6400, SWAP_AB=cfg.swap_ab, USE_ASM=True)
+                      BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DEQ=3 if cfg.scale_after else 0, MAGIC=0x6400,
+                      SWAP_AB=cfg.swap_ab, USE_ASM=True)
         pointers = {"X": "*fp16", "W": "*i32", "S": "*i32", "Out": "*fp16", "Part": "*fp32", "Cnt": "*i32"}
         none, ones = ("Z", "Bias"), ("stride_xk", "stride_wc", "stride_sn")
     else:
@@ -522,29 +512,24 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.parametrize(
-    "bits, m, gemv",
-    [(4, 1, False), (4, 16, False), (4, 512, False), (4, 1, True), (8, 512, False)],
-    ids=["w4-decode", "w4-splitk", "w4-gemm", "w4-gemv", "w8-gemm"],
+    "bits, m", [(4, 1), (4, 16), (4, 512), (8, 512)], ids=["w4-decode", "w4-splitk", "w4-gemm", "w8-gemm"]
 )
-def test_gpu_path_compiles(bits, m, gemv):
-    """Every int4 path builds for sm_90 with the default Hopper configs: the tensor-core ones as f16 wgmma
-    (the split-K decode path's m64n16k16 with the weight as the register operand, the GEMM's m64n128k16),
-    dequantised with the PTX on pairs of weights; the pinned GEMV without any MMA; none with a layout
-    conversion inside the K loop or local memory in the PTX; the int8 GEMM too."""
+def test_gpu_path_compiles(bits, m):
+    """Every int4 path builds for sm_90 with the default Hopper configs as f16 wgmma (the split-K decode
+    path's m64n16k16 with the weight as the register operand, the GEMM's m64n128k16), dequantised with the
+    PTX on pairs of weights; none with a layout conversion inside the K loop or local memory in the PTX;
+    the int8 GEMM too."""
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m), "1" if gemv else "0"], env=env,
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     found = eval(lines[-1])
     assert lines[-2] == "local 0", run.stdout
     if bits == 4:
         assert lines[-3] == "loop-converts 0", run.stdout
-    if gemv:
-        assert found == [], found  # CUDA cores only
-        return
     pairs = int(lines[-4].split()[1])
     assert (pairs > 0) == (bits == 4), run.stdout  # the PTX dequantisation on f16x2 pairs
     assert found and all(".f16.f16" in f for f in found), found
