@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from analysis.audit import Claim, Context, Untestable, Verdict, _pair, _per_gpu, _span, evaluator, within
+from analysis.ops_tables import with_copy_gbps
 
 FAR = 3.0  # "far slower" judged as at least this many times slower
 SMALL_M = 16  # decoding row counts, where a layer is bound by reading its weights
@@ -47,8 +48,7 @@ def w4_bandwidth(claim: Claim, ctx: Context) -> list[Verdict]:
         bytes_ok = bool(within(float(ratio.median()), target, tol))
         fast = speed >= (1 - tol) * target
         verdict = "holds" if bytes_ok and fast.all() else "partly" if bytes_ok and (speed > 1).any() else "fails"
-        copy = rows[rows["impl"] == "copy-weight"].set_index("model")["gbps"]
-        share = (pair.set_index("model")["gbps_b"] / copy).dropna()
+        share = (pair["gbps_b"] / with_copy_gbps(pair, rows)).dropna()
         extra = f"; {100 * share.min():.0f}–{100 * share.max():.0f}% of the copy bandwidth" if len(share) else ""
         return Verdict(
             verdict,

@@ -29,6 +29,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from analysis import figures
 from analysis.figures import NoDataError, _gpu_label, _save, _theme
+from analysis.ops_tables import with_copy_gbps
 
 matplotlib.use("Agg")
 
@@ -144,8 +145,7 @@ def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
     lines = d[d["impl"].isin(QUANT_ORDER) & (d["impl"] != "dequant-linear")]
     if lines.empty:
         raise NoDataError("no ok quant rows with a bandwidth")
-    copy = d[d["impl"] == "copy-weight"].set_index("model")["gbps"]
-    lines = lines.assign(copy_gbps=lines["model"].map(copy), shape=[_shape_label(r) for r in lines.to_dict("records")])
+    lines = lines.assign(copy_gbps=with_copy_gbps(lines, d), shape=[_shape_label(r) for r in lines.to_dict("records")])
     lines["fraction_of_copy"] = lines["gbps"] / lines["copy_gbps"]
     shapes = list(dict.fromkeys(lines.sort_values(["n", "k"])["shape"]))
 

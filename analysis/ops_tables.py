@@ -48,3 +48,15 @@ def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
 def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Concatenate ops CSVs (one per job) into one table with ``COLUMNS``."""
     return read_tables(paths, COLUMNS, what="ops result")
+
+
+COPY_KEYS = ["model", "dtype", "group_size"]  # a quant shard: one copy-weight row per layer, dtype and group
+
+
+def with_copy_gbps(rows: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
+    """The copy bandwidth of the packed weight (``copy-weight`` rows of ``table``) for each of ``rows``, by
+    layer, dtype and group size (and GPU where there is a ``gpu`` column): NaN where none was measured."""
+    keys = COPY_KEYS + (["gpu"] if "gpu" in rows.columns and "gpu" in table.columns else [])
+    copy = table[table["impl"] == "copy-weight"][[*keys, "gbps"]].dropna(subset=["gbps"])
+    copy = copy.drop_duplicates(keys, keep="last").rename(columns={"gbps": "_copy_gbps"})
+    return rows[keys].merge(copy, on=keys, how="left")["_copy_gbps"].set_axis(rows.index)

@@ -305,19 +305,23 @@ PROV = dict(gpu_name="NVIDIA H200", gpu="h200", driver="1", cuda="13", torch="2"
             git_sha="abc", timestamp="t", kernel_config="")  # fmt: skip
 
 
-def _quant_rows(w4_ms=0.03, dequant_ms=0.4, linear_ms=0.10):
+COPY_GBPS = {128: 4000.0, 64: 2000.0}  # per group size: the copy rows must be told apart
+
+
+def _quant_rows(w4_ms=0.03, dequant_ms=0.4, linear_ms=0.10, group_sizes=(128,)):
     rows = []
     for model, (k, n) in {"llama3-8b-up": (4096, 14336), "llama3-70b-up": (8192, 28672)}.items():
-        for m in (1, 16, 4096):
-            for impl, ms, mb in (("torch-linear", linear_ms, n * k * 2.0), ("ours-w4a16", w4_ms, n * k * 0.539),
-                                 ("dequant-linear", dequant_ms, n * k * 4.5)):  # fmt: skip
-                t = ms * (1 + m / 64)
-                rows.append(dict(experiment="w4a16", family="quant", op="linear", impl=impl, dtype="bfloat16",
-                                 model=model, m=m, n=n, k=k, group_size=128, stage="total", status="ok", message="",
-                                 timed=True, ms_median=t, model_bytes=mb, gbps=mb / t / 1e6, **PROV))  # fmt: skip
-        rows.append(dict(experiment="w4a16", family="quant", op="linear", impl="copy-weight", dtype="bfloat16",
-                         model=model, n=n, k=k, group_size=128, stage="total", status="ok", message="", timed=True,
-                         ms_median=0.01, gbps=4000.0, **PROV))  # fmt: skip
+        for g in group_sizes:
+            for m in (1, 16, 4096):
+                for impl, ms, mb in (("torch-linear", linear_ms, n * k * 2.0), ("ours-w4a16", w4_ms, n * k * 0.539),
+                                     ("dequant-linear", dequant_ms, n * k * 4.5)):  # fmt: skip
+                    t = ms * (1 + m / 64)
+                    rows.append(dict(experiment="w4a16", family="quant", op="linear", impl=impl, dtype="bfloat16",
+                                     model=model, m=m, n=n, k=k, group_size=g, stage="total", status="ok", message="",
+                                     timed=True, ms_median=t, model_bytes=mb, gbps=mb / t / 1e6, **PROV))  # fmt: skip
+            rows.append(dict(experiment="w4a16", family="quant", op="linear", impl="copy-weight", dtype="bfloat16",
+                             model=model, n=n, k=k, group_size=g, stage="total", status="ok", message="", timed=True,
+                             ms_median=0.01, gbps=COPY_GBPS[g], **PROV))  # fmt: skip
     return rows
 
 
@@ -359,6 +363,21 @@ def test_figures_from_a_synthetic_table(tmp_path):
     shares = split[["routing_share", "dispatch_share", "gemm_share", "combine_share"]].sum(axis=1)
     assert shares.round(9).eq(1).all()
     assert {e["section"] for e in entries} == {"quant", "moe"}
+
+
+def test_copy_bandwidth_is_matched_by_group_size(tmp_path):
+    """Two group sizes per layer (as config-full runs): each kernel row is compared with the copy row of its
+    own layer, dtype and group size, in the figure and in the audit."""
+    df = _table(_quant_rows(group_sizes=(64, 128)), tmp_path)
+    ops_figures.render_all(df, tmp_path / "fig", table_source="ops.csv")
+    bw = pd.read_csv(tmp_path / "fig" / "w4a16_bandwidth.csv")
+    assert (bw["copy_gbps"] == bw["group_size"].map(COPY_GBPS)).all() and set(bw["group_size"]) == {64, 128}
+    ctx = audit.Context()
+    ctx.ops["h200"], ctx.ops_paths["h200"] = df, "ops.csv"
+    note = audit.audit([c for c in audit.load_registry() if c.id == "w4-bandwidth"], ctx).iloc[0]["note"]
+    w4 = df[(df["impl"] == "ours-w4a16") & (df["m"] == 1)]
+    share = 100 * w4["gbps"] / w4["group_size"].map(COPY_GBPS)
+    assert f"{share.min():.0f}–{share.max():.0f}% of the copy bandwidth" in note
 
 
 def test_figures_without_rows_are_skipped(tmp_path):
