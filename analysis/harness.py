@@ -11,15 +11,16 @@ Method, per benchmark point:
    needed (workspace, intermediates such as the N×N scores, and the output).
 4. Timing: once per process and device, about 200 ms of back-to-back matrix products first (the first
    point of an H200 shard, timed without it, drew 124 W against 175-215 W for the next ones, and its
-   median was 1.6× the same kernel's at the next M, its 20th and 80th percentiles 1.4× apart); then per point
-   a warm-up of ``warmup_ms``, then repetitions for about ``rep_ms``, each timed with CUDA events and
-   each preceded by overwriting a 256 MB buffer, so that the L2 cache holds none of the inputs, and by
-   a GPU-side wait of ``GPU_WAIT_CYCLES`` (about 100 µs), so that the host has queued the call before the
-   start event fires; we report the median and the 20th/80th percentiles. The wait makes the number GPU
-   time even for a call whose host side (argument handling, launches) takes longer than overwriting the
-   buffer: with ``triton.testing.do_bench`` (the method before, the same but for the wait) an H200
-   decode-size int4 matmul of about 25 µs of GPU time with about 30 µs of host time per call measured
-   25 to 48 µs from run to run, its 20th and 80th percentiles up to 1.9× apart.
+   median was 1.6× the same kernel's at the next M, its 20th and 80th percentiles 1.4× apart); then per
+   point about ``warmup_ms`` of untimed repetitions, then repetitions for about ``rep_ms``, each timed
+   with CUDA events. Every repetition is preceded by overwriting a 256 MB buffer, so that the L2 cache
+   holds none of the inputs, and by a GPU-side wait of ``GPU_WAIT_CYCLES`` (about 100 µs, through
+   ``torch.cuda._sleep``), so that the host has queued the call before the start event fires; we report
+   the median and the 20th/80th percentiles. The wait makes the number GPU time even for a call whose
+   host side (argument handling, launches) takes longer than overwriting the buffer: with
+   ``triton.testing.do_bench`` (the method before, the same but for the wait) an H200 decode-size int4
+   matmul of about 25 µs of GPU time with about 30 µs of host time per call measured 25 to 48 µs from run
+   to run, its 20th and 80th percentiles up to 1.9× apart.
 5. Telemetry: while the point is timed, a thread samples NVML every 10 ms (SM and memory clock,
    temperature, power), so that a throttled measurement can be recognised in the tables.
 
@@ -57,7 +58,10 @@ _WARMED: set[int] = set()
 
 
 def warm_device(ms: float = 200.0) -> None:
-    """About ``ms`` of back-to-back 4096² matrix products on the current GPU, once per process and device."""
+    """About ``ms`` of back-to-back 4096² matrix products on the current GPU, once per process and device
+    (nothing without a GPU)."""
+    if not torch.cuda.is_available():
+        return
     device = torch.cuda.current_device()
     if device in _WARMED:
         return
@@ -96,8 +100,10 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep
         fn()
     end.record()
     torch.cuda.synchronize()
-    estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup_ms / estimate))):
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)  # ms of one repetition, flush and wait included
+    for _ in range(max(1, int(warmup_ms / estimate))):  # warm-up repetitions like the timed ones
+        flush.zero_()
+        torch.cuda._sleep(GPU_WAIT_CYCLES)
         fn()
     reps = max(1, int(rep_ms / estimate))
     starts, ends = [event() for _ in range(reps)], [event() for _ in range(reps)]
@@ -111,6 +117,18 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep
     times = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], dtype=torch.float64)
     med, p20, p80 = torch.quantile(times, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
     return Timing(float(med), float(p20), float(p80))
+
+
+def measure(call: Callable[[], object], warmup_ms: float, rep_ms: float) -> dict:
+    """Steps 3-5 for one point: peak extra memory of one call, then its timing with NVML telemetry sampled
+    while it is timed (the once-per-process warm-up runs before the sampling starts)."""
+    warm_device()
+    metrics = {"peak_mem_mib": peak_extra_memory_mib(call)}
+    with Telemetry() as tel:
+        t = time_gpu(call, warmup_ms, rep_ms)
+    metrics.update(tel.summary())
+    metrics.update(ms_median=t.ms_median, ms_p20=t.ms_p20, ms_p80=t.ms_p80)
+    return metrics
 
 
 def peak_extra_memory_mib(fn: Callable[[], object], device: torch.device | None = None) -> float:

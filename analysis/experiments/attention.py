@@ -144,9 +144,10 @@ def _check_rows(seqlen_q: int, n_rows: int) -> torch.Tensor:
     return torch.cat([torch.arange(half), torch.arange(seqlen_q - half, seqlen_q)])
 
 
-def randn(shape, gen: torch.Generator, dtype: torch.dtype, device) -> torch.Tensor:
-    """Normal inputs drawn on ``device`` (fast for the long K/V of decoding), in float32 then cast."""
-    return torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
+def randn(shape, gen: torch.Generator, dtype: torch.dtype, device, scale: float = 1.0) -> torch.Tensor:
+    """Normal inputs drawn on ``device`` (fast for the long K/V of decoding), in float32, scaled, then cast."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
+    return (x * scale if scale != 1.0 else x).to(dtype)
 
 
 def generator(device, seed: int) -> torch.Generator:
@@ -334,13 +335,8 @@ def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dic
 
 
 def time_call(call: Callable[[], object], spec: Spec) -> dict:
-    """Peak extra memory of one call, then its timing and telemetry (harness method)."""
-    metrics = {"peak_mem_mib": harness.peak_extra_memory_mib(call)}
-    with harness.Telemetry() as tel:
-        timing = harness.time_gpu(call, spec.warmup_ms, spec.rep_ms)
-    metrics.update(tel.summary())
-    metrics.update(ms_median=timing.ms_median, ms_p20=timing.ms_p20, ms_p80=timing.ms_p80)
-    return metrics
+    """Peak extra memory of one call, then its timing and telemetry (``harness.measure``)."""
+    return harness.measure(call, spec.warmup_ms, spec.rep_ms)
 
 
 def _measure(spec: Spec, impl: str, cfg: str | None, p: _Point, base: dict, timed: bool) -> dict:

@@ -287,7 +287,7 @@ def _measure(layer: _Layer, p: _Point, impl: str, base: dict, timed: bool) -> li
         if failure:
             return [oc.make_row(base, impl, "mismatch", failure, **metrics), *stage_rows]
         if timed:
-            metrics.update(oc.time_call(call, spec.warmup_ms, spec.rep_ms))
+            metrics.update(harness.measure(call, spec.warmup_ms, spec.rep_ms))
             metrics["tflops"] = oc.rate(layer_flops, metrics["ms_median"], 1e12)
             metrics["gbps"] = oc.rate(metrics["model_bytes"], metrics["ms_median"], 1e9)
         return [*stage_rows, oc.make_row(base, impl, "ok", "", **metrics)]
@@ -325,7 +325,7 @@ def _stages(layer: _Layer, p: _Point, base: dict, timed: bool, ref, same) -> lis
             continue
         try:
             if timed:
-                metrics.update(oc.time_call(call, spec.warmup_ms, spec.rep_ms))
+                metrics.update(harness.measure(call, spec.warmup_ms, spec.rep_ms))
                 if stage == "gemm":
                     flops = moe_ffn_flops(base["tokens"], spec.top_k, spec.hidden, spec.ffn)
                     metrics["tflops"] = oc.rate(flops, metrics["ms_median"], 1e12)
@@ -358,7 +358,7 @@ def _measure_grouped(layer: _Layer, p: _Point, impl: str, base: dict, timed: boo
         if failure:
             return oc.make_row(base, impl, "mismatch", failure, **metrics)
         if timed:
-            metrics.update(oc.time_call(call, spec.warmup_ms, spec.rep_ms))
+            metrics.update(harness.measure(call, spec.warmup_ms, spec.rep_ms))
             flops = gemm_flops(p.xs.shape[0], spec.ffn, spec.hidden)
             metrics["tflops"] = oc.rate(flops, metrics["ms_median"], 1e12)
             metrics["gbps"] = oc.rate(nbytes, metrics["ms_median"], 1e9)

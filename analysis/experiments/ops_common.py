@@ -1,23 +1,22 @@
-"""What the operator experiments (``quant``, ``moe``) share: rows, the correctness gate's numbers, timing.
+"""What the operator experiments (``quant``, ``moe``) share: their rows and the correctness gate's numbers.
 
-The timing method is the harness's (``analysis.harness``): peak extra memory of one call, then
-``time_gpu`` with NVML telemetry sampled while it runs. ``timed=False`` (the interpreter on a CPU) stops
-after the correctness gate, as attention's interpreter check does.
+Timing is ``analysis.harness.measure``; the input helpers (dtype names, generator, normal draws, sampled
+rows, short messages) are the attention experiment's, re-exported here. ``timed=False`` (the interpreter
+on a CPU) stops after the correctness gate, as attention's interpreter check does.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
 from analysis import harness
+from analysis.experiments.attention import DTYPES, generator, randn, short  # noqa: F401 (re-exported)
+from analysis.experiments.attention import _check_rows as sample_rows  # noqa: F401 (re-exported)
 from analysis.ops_tables import METRICS, TELEMETRY
 from analysis.provenance import now_utc
 from kernels import tolerance
-
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dict:
@@ -38,14 +37,6 @@ def failed_row(base: dict, impl: str, exc: BaseException, **metrics) -> dict:
     return make_row(base, impl, status, message, **metrics)
 
 
-def sample_rows(m: int, n_rows: int) -> torch.Tensor:
-    """The first and last ``n_rows // 2`` of ``m`` rows (all of them when there are few)."""
-    half = max(1, n_rows // 2)
-    if m <= 2 * half:
-        return torch.arange(m)
-    return torch.cat([torch.arange(half), torch.arange(m - half, m)])
-
-
 def gate(name: str, out: torch.Tensor, ref: torch.Tensor, same: torch.Tensor, dtype) -> tuple[dict, str]:
     """The error columns of ``out`` against the float64 ``ref`` (bounded by same-precision ``same``) and the
     failure text ("" when the gate passes)."""
@@ -56,29 +47,6 @@ def gate(name: str, out: torch.Tensor, ref: torch.Tensor, same: torch.Tensor, dt
     return metrics, "" if c.ok else c.describe()
 
 
-def time_call(call: Callable[[], object], warmup_ms: float, rep_ms: float) -> dict:
-    """Peak extra memory of one call, then its timing and telemetry (the harness's method)."""
-    metrics = {"peak_mem_mib": harness.peak_extra_memory_mib(call)}
-    with harness.Telemetry() as tel:
-        t = harness.time_gpu(call, warmup_ms, rep_ms)
-    metrics.update(tel.summary())
-    metrics.update(ms_median=t.ms_median, ms_p20=t.ms_p20, ms_p80=t.ms_p80)
-    return metrics
-
-
 def rate(amount: float, ms: float, unit: float) -> float:
     """``amount`` per ``ms`` milliseconds in ``unit``s per second (1e12: TFLOP/s; 1e9: GB/s)."""
     return amount / (ms * 1e-3) / unit if ms and math.isfinite(ms) and amount == amount else math.nan
-
-
-def short(message: str) -> str:
-    return f" ({message[:120]})" if message else ""
-
-
-def generator(device, seed: int) -> torch.Generator:
-    return torch.Generator(device=torch.device(device)).manual_seed(seed)
-
-
-def randn(shape, gen: torch.Generator, dtype: torch.dtype, device, scale: float = 1.0) -> torch.Tensor:
-    """Normal values drawn on ``device`` in float32, scaled, then cast."""
-    return (torch.randn(shape, generator=gen, dtype=torch.float32, device=device) * scale).to(dtype)

@@ -201,7 +201,7 @@ def _measure(spec, impl, entry, x, xs, sample, exact, base, weight_bytes, device
             return oc.make_row(base, impl, "mismatch", failure, **metrics)
         if not timed:
             return oc.make_row(base, impl, "ok", "", **metrics)
-        metrics.update(oc.time_call(lambda: fn(x), spec.warmup_ms, spec.rep_ms))
+        metrics.update(harness.measure(lambda: fn(x), spec.warmup_ms, spec.rep_ms))
         metrics["tflops"] = oc.rate(gemm_flops(x.shape[0], spec.n, spec.k), metrics["ms_median"], 1e12)
         metrics["gbps"] = oc.rate(weight_bytes, metrics["ms_median"], 1e9)
         return oc.make_row(base, impl, "ok", "", **metrics)
@@ -220,7 +220,7 @@ def _measure_copy(spec: QuantSpec, pw, base: dict, timed: bool) -> dict:
             return oc.make_row(base, "copy-weight", "mismatch", "copy-weight: the copy differs from its source",
                                **metrics)  # fmt: skip
         if timed:
-            metrics.update(oc.time_call(src.clone, spec.warmup_ms, spec.rep_ms))
+            metrics.update(harness.measure(src.clone, spec.warmup_ms, spec.rep_ms))
             metrics["gbps"] = oc.rate(metrics["model_bytes"], metrics["ms_median"], 1e9)
         return oc.make_row(base, "copy-weight", "ok", "", **metrics)
     except Exception as exc:
