@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pandas as pd
-
 from analysis.audit import Claim, Context, Untestable, Verdict, _pair, _per_gpu, _span, evaluator, within
-from analysis.ops_tables import with_copy_gbps
+from analysis.ops_tables import moe_stage_split, with_copy_gbps
 
 FAR = 3.0  # "far slower" judged as at least this many times slower
 SMALL_M = 16  # decoding row counts, where a layer is bound by reading its weights
@@ -92,25 +90,10 @@ def w4_fusion(claim: Claim, ctx: Context) -> list[Verdict]:
     return _measured_ops(ctx, one, "the W4A16 experiment")
 
 
-def moe_time_split(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, dtype, routing, tokens): seconds of ours-moe's four stages and the data-movement share
-    (routing + dispatch + combine over the sum of the stages)."""
-    stages = rows[(rows["impl"] == "ours-moe") & (rows["stage"].isin(["routing", "dispatch", "gemm", "combine"]))]
-    stages = stages.assign(stage=stages["stage"] + "_ms")  # "routing" is also a column of the index
-    wide = stages.pivot_table(index=["model", "dtype", "routing", "tokens"], columns="stage", values="ms_median")
-    cols = ["routing_ms", "dispatch_ms", "gemm_ms", "combine_ms"]
-    wide = wide.reindex(columns=cols).dropna()
-    if wide.empty:
-        return wide
-    total = wide[cols].sum(axis=1)
-    wide["movement_share"] = (wide["routing_ms"] + wide["dispatch_ms"] + wide["combine_ms"]) / total
-    return wide.reset_index()
-
-
 @evaluator("moe_dense_inside")
 def moe_dense_inside(claim: Claim, ctx: Context) -> list[Verdict]:
     def one(gpu):
-        split = moe_time_split(ctx.ops_ok(gpu, experiment="moe"))
+        split = moe_stage_split(ctx.ops_ok(gpu, experiment="moe"))
         if split.empty:
             raise Untestable("no MoE point with all four stages of our layer timed")
         share = split["movement_share"]

@@ -29,7 +29,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from analysis import figures
 from analysis.figures import NoDataError, _gpu_label, _save, _theme
-from analysis.ops_tables import with_copy_gbps
+from analysis.ops_tables import STAGES, moe_stage_split, with_copy_gbps
 
 matplotlib.use("Agg")
 
@@ -41,7 +41,7 @@ _NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_media
 QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
 MOE_ORDER = ["ours-moe", "grouped-mm-moe", "loop-moe", "gather-moe", "dense-ffn"]
 GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
-STAGE_COLOURS = {"routing": "#8c564b", "dispatch": "#1f77b4", "gemm": "#d62728", "combine": "#2ca02c"}
+STAGE_COLOURS = dict(zip(STAGES[:-1], ("#8c564b", "#1f77b4", "#d62728", "#2ca02c"), strict=True))
 _COLOURS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, sns.color_palette("colorblind", 13), strict=True))
 _MARKERS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, "oDsv^" * 3, strict=False))
 _THICK = {"ours-w4a16", "ours-moe", "ours-grouped"}  # the line of our kernel in each figure
@@ -169,18 +169,10 @@ def _moe_panel(r) -> str:
 def moe_time_split(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """Our MoE layer's stages, stacked, per token count; one panel per (shape, routing)."""
     d = prepare(df, "moe")
-    d = d[(d["impl"] == "ours-moe") & d["stage"].isin(list(STAGE_COLOURS))]
-    if d.empty:
-        raise NoDataError("no ok timed stage rows of our MoE layer")
-    d = d.assign(panel=[_moe_panel(r) for r in d.to_dict("records")])
-    d = d.assign(stage=d["stage"] + "_ms")  # "routing" is also a column: the stage columns get a suffix
-    wide = d.pivot_table(index=["panel", "model", "routing", "tokens"], columns="stage", values="ms_median")
-    ms_cols = [f"{s}_ms" for s in STAGE_COLOURS]
-    wide = wide.reindex(columns=ms_cols).fillna(0.0).reset_index()
-    wide.columns.name = None
-    total = wide[ms_cols].sum(axis=1)
-    for stage in STAGE_COLOURS:
-        wide[f"{stage}_share"] = wide[f"{stage}_ms"] / total
+    wide = moe_stage_split(d)
+    if wide.empty:
+        raise NoDataError("no point with every stage of our MoE layer timed")
+    wide = wide.assign(panel=[_moe_panel(r) for r in wide.to_dict("records")])
     panels = list(dict.fromkeys(wide.sort_values(["model", "routing"])["panel"]))
     with _theme():
         fig, axes = _panels(len(panels), width=3.6)

@@ -60,3 +60,22 @@ def with_copy_gbps(rows: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
     copy = table[table["impl"] == "copy-weight"][[*keys, "gbps"]].dropna(subset=["gbps"])
     copy = copy.drop_duplicates(keys, keep="last").rename(columns={"gbps": "_copy_gbps"})
     return rows[keys].merge(copy, on=keys, how="left")["_copy_gbps"].set_axis(rows.index)
+
+
+def moe_stage_split(rows: pd.DataFrame) -> pd.DataFrame:
+    """Our MoE layer's time split: per (model, experts, top_k, dtype, routing, tokens) point whose four stages
+    all finished, each stage's ms (``<stage>_ms``) and share of their sum (``<stage>_share``), and the
+    data-movement share (routing + dispatch + combine). Points missing a stage are left out, not counted as 0."""
+    stages = list(STAGES[:-1])
+    keys = ["model", "experts", "top_k", "dtype", "routing", "tokens"]
+    d = rows[(rows["impl"] == "ours-moe") & rows["stage"].isin(stages)]
+    d = d.assign(stage=d["stage"] + "_ms")  # "routing" is also a column of the index
+    wide = d.pivot_table(index=keys, columns="stage", values="ms_median", dropna=False)
+    cols = [f"{s}_ms" for s in stages]
+    wide = wide.reindex(columns=cols).dropna().reset_index()
+    wide.columns.name = None
+    total = wide[cols].sum(axis=1)
+    for s in stages:
+        wide[f"{s}_share"] = wide[f"{s}_ms"] / total
+    wide["movement_share"] = 1.0 - wide["gemm_share"]
+    return wide

@@ -380,6 +380,19 @@ def test_copy_bandwidth_is_matched_by_group_size(tmp_path):
     assert f"{share.min():.0f}–{share.max():.0f}% of the copy bandwidth" in note
 
 
+def test_moe_time_split_leaves_out_points_missing_a_stage(tmp_path):
+    """A point whose combine stage did not finish is left out of the split (figure and audit alike) instead
+    of having its other stages' shares inflated by a 0 for the missing one."""
+    rows = [r for r in _moe_rows() if not (r["tokens"] == 4096 and r["stage"] == "combine")]
+    df = _table(rows + _quant_rows(), tmp_path)
+    ops_figures.render_all(df, tmp_path / "fig", table_source="ops.csv")
+    split = pd.read_csv(tmp_path / "fig" / "moe_time_split.csv")
+    assert split["tokens"].tolist() == [256]
+    assert split["gemm_share"].iloc[0] == pytest.approx(0.3 / (0.02 + 0.05 + 0.3 + 0.03))
+    verdict = _verdict("moe-dense-inside", rows, tmp_path)
+    assert "T=256" in verdict["note"] and "T=4096" not in verdict["note"]
+
+
 def test_figures_without_rows_are_skipped(tmp_path):
     entries = ops_figures.render_all(_table(_quant_rows(), tmp_path), tmp_path / "fig")
     reasons = {e["name"]: e["reason"] for e in entries}
