@@ -209,13 +209,14 @@ def test_grouped_gemm_pinned_config_and_empty():
 
 @pytest.mark.parametrize(
     "counts",
-    [[7, 0, 19, 1, 16], [0, 0, 0, 5], [16, 16], [0, 1], [3] * 5 + [0] * 20 + [33] + [0] * 11],
-    ids=["mixed", "leading-empty", "exact-tiles", "one-row", "37-experts"],
+    [[7, 0, 19, 1, 16], [0, 0, 0, 5], [16, 16], [0, 1], [3] * 5 + [0] * 20 + [33] + [0] * 11, [40, 0, 70, 33]],
+    ids=["mixed", "leading-empty", "exact-tiles", "one-row", "37-experts", "several-groups"],
 )
 def test_every_row_tile_finds_its_expert(counts):
     """The kernel's own tile → expert lookup (prefix sum of the tile counts): every row computed once by its
     expert's matrix, whatever the counts (empty experts, exact multiples of BLOCK_M, E not a power of two),
-    across several groups of the grouped program order (more row tiles than GROUP_M, several N tiles)."""
+    across several groups of the grouped program order (several-groups: 11 row tiles of 16, more than
+    GROUP_M = 8, and 3 N tiles; the other cases have at most 8)."""
     a, b, offsets = _gemm_inputs(counts, 24, 40, F32)
     cfg = GroupedGemmConfig(16, 16, 16, 4, 1)
     out = grouped_gemm(a, b, offsets, config=cfg)
