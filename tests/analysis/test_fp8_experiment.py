@@ -98,7 +98,9 @@ def test_speed_rows_on_cpu_are_gated_not_timed(env):
     assert (df["status"] == "ok").all(), df[["impl", "status", "message"]]
     assert not df["timed"].any() and df["tflops"].isna().all()
     fp8_rows = df[df["impl"].str.startswith("ours-fp8")]
-    assert (fp8_rows["max_abs_err"] <= fp8_rows["err_bound"]).all()
+    # "ok" already means within the gate's bound; beyond it, the kernel's error stays close to that of the
+    # float64 replica of P's e4m3 rounding on the dequantised inputs (ref_err), not merely within the policy's 2×
+    assert (fp8_rows["max_abs_err"] <= 1.25 * fp8_rows["ref_err"]).all(), fp8_rows[["max_abs_err", "ref_err"]]
     assert df[df["impl"] == "fp8-mm"]["message"].str.contains("_scaled_mm").all()
 
 
