@@ -6,6 +6,7 @@ Triton decides at import time whether ``@triton.jit`` functions run compiled or 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -33,6 +34,13 @@ def check_device(*tensors: torch.Tensor, names: tuple[str, ...]) -> None:
         )
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"unsupported device {device}; Triton kernels here run on CUDA GPUs")
+
+
+def device_guard(t: torch.Tensor):
+    """A ``torch.cuda.device`` guard for a launch on t's GPU, only when that is not the current device (the
+    guard costs host time); a null context otherwise."""
+    switch = t.device.type == "cuda" and t.device.index not in (None, torch.cuda.current_device())
+    return torch.cuda.device(t.device) if switch else contextlib.nullcontext()
 
 
 def softmax_scale(head_dim: int, sm_scale: float | None) -> float:

@@ -19,13 +19,11 @@ copy bandwidth; with short ones a call is dominated by the host-side cost of lau
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, multiprocessor_count, softmax_scale
+from kernels._runtime import INTERPRET, device_guard, multiprocessor_count, softmax_scale
 from kernels.attention.fa2 import _attn_fwd_inner, _check_inputs
 
 __all__ = ["attention", "forward", "choose_splits", "last_splits", "MAX_QUERY_LEN"]
@@ -183,8 +181,7 @@ def forward(
     part_o = torch.empty((splits, b * h, seqlen_q, d), device=q.device, dtype=torch.float32)
     part_lse = torch.empty((splits, b * h, seqlen_q), device=q.device, dtype=torch.float32)
     block_d = max(16, triton.next_power_of_2(d))
-    switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
-    with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+    with device_guard(q):
         _decode_split_kernel[(splits, b * h)](
             q, k, v, part_o, part_lse,
             *q.stride(), *k.stride(), *v.stride(),

@@ -28,14 +28,13 @@ Tested: in Triton's interpreter (tests/kernels/test_fa1.py), forward and gradien
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, softmax_scale
+from kernels._runtime import INTERPRET, device_guard, softmax_scale
 from kernels.attention.fa2 import _check_inputs
 
 __all__ = ["attention", "forward", "backward", "DEFAULT_BLOCKS"]
@@ -247,8 +246,7 @@ def forward(
     row_sum = torch.zeros((b, h, seqlen_q), device=q.device, dtype=torch.float32)
     row_max = torch.full((b, h, seqlen_q), float("-inf"), device=q.device, dtype=torch.float32)
     if out.numel() and seqlen_k:
-        switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
-        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+        with device_guard(q):
             _fa1_fwd_kernel[(b * h,)](
                 q, k, v, out, row_sum, row_max,
                 *q.stride(), *k.stride(), *v.stride(),
@@ -277,8 +275,7 @@ def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None
     if q.numel() and k.numel():
         do = do.to(q.dtype)
         delta = (do.float() * out.float()).sum(-1).contiguous()
-        switch = q.device.type == "cuda" and q.device.index not in (None, torch.cuda.current_device())
-        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+        with device_guard(q):
             _fa1_bwd_kernel[(b * h,)](
                 q, k, v, do, lse.contiguous(), delta, dq, dk, dv,
                 *q.stride(), *k.stride(), *v.stride(), *do.stride(),

@@ -48,7 +48,6 @@ bottom: configuration (dataclasses, factories, pruning, env pins); the launchers
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import itertools
@@ -60,7 +59,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from kernels._runtime import INTERPRET, check_device, softmax_scale
+from kernels._runtime import INTERPRET, check_device, device_guard, softmax_scale
 from kernels.attention.fa2_kernels import (
     _attn_bwd_delta_kernel,
     _attn_bwd_dkdv_kernel,
@@ -507,11 +506,6 @@ def _packed_strides(t: torch.Tensor) -> tuple[int, int, int, int]:
     return 0, t.stride(1), t.stride(0), t.stride(2)
 
 
-def _device_guard(t: torch.Tensor):
-    switch = t.device.type == "cuda" and t.device.index not in (None, torch.cuda.current_device())
-    return torch.cuda.device(t.device) if switch else contextlib.nullcontext()
-
-
 def _launch_forward(
     q, k, v, out, lse, cu_q, cu_k, *, strides, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, causal,
     sm_scale, config, eager, varlen,
@@ -530,7 +524,7 @@ def _launch_forward(
     configs = _configs_in_effect(config)
     key = (configs, q.device, q.dtype, seqlen_q, seqlen_k, head_dim, causal, eager, varlen)
     chosen = _CHOSEN.get(key) or (configs[0] if len(configs) == 1 else None)
-    with _device_guard(q):
+    with device_guard(q):
         if chosen is None:
             # first call for this shape: Triton's autotuner times the candidates, then runs the best
             tuner = _tuner(configs)
@@ -753,7 +747,7 @@ def _launch_backward(
     constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
                      IS_VARLEN=varlen, EVEN_D=head_dim == block_d)  # fmt: skip
     common = (*s_q, *s_k, *s_v, *s_do)
-    with _device_guard(q):
+    with device_guard(q):
         delta_batch, rows = delta_rows
         block_rows = _delta_rows_per_program(block_d)
         _attn_bwd_delta_kernel[(triton.cdiv(rows, block_rows), delta_batch * heads)](

@@ -60,7 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device, softmax_scale
+from kernels._runtime import INTERPRET, check_device, device_guard, softmax_scale
 from kernels.attention.fa2 import FA2Config, check_shapes
 from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
 
@@ -131,10 +131,8 @@ def quantize(
         return xf.clamp(-E4M3_MAX, E4M3_MAX).to(FP8), xf.new_ones(())
     if granularity == "tensor":
         amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
-        expanded = amax
     elif granularity == "head":
         amax = xf.abs().amax(dim=(2, 3)) if n * d else xf.new_zeros((b, h))
-        expanded = amax[:, :, None, None]
     else:
         if block is None or int(block) < 1:
             raise ValueError(f"granularity 'block' needs a positive block size, got {block!r}")
@@ -142,12 +140,10 @@ def quantize(
         nblk = triton.cdiv(n, block)
         padded = torch.nn.functional.pad(xf, (0, 0, 0, nblk * block - n))
         amax = padded.reshape(b, h, nblk, block * d).abs().amax(dim=3) if d else xf.new_zeros((b, h, nblk))
-        expanded = amax.repeat_interleave(block, dim=2)[:, :, :n, None]
     if not bool(torch.isfinite(amax).all()):
         raise ValueError("cannot quantise a tensor with NaN or Inf values")
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-    div = torch.where(expanded > 0, expanded / E4M3_MAX, torch.ones_like(expanded))
-    x8 = (xf / div).clamp_(-E4M3_MAX, E4M3_MAX).to(FP8)
+    x8 = (xf / _expanded_scale(scale, x.shape, block)).clamp_(-E4M3_MAX, E4M3_MAX).to(FP8)
     return x8, scale
 
 
@@ -535,15 +531,16 @@ def forward_quantized(
         return out.zero_()
     block_d = max(32, triton.next_power_of_2(d))
     grid = (triton.cdiv(seqlen_q, cfg.block_m), b * h)
-    _fp8_fwd_kernel[grid](
-        q8, k8, v8, out, q_scale, k_scale, v_scale,
-        *q8.stride(), *k8.stride(), *v8.stride(), *out.stride(),
-        *_scale_strides(q_scale), *_scale_strides(k_scale), *_scale_strides(v_scale),
-        q_block, kv_block, h, h // k8.shape[1], seqlen_q, seqlen_k, float(sm_scale),
-        HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), EVEN_N=seqlen_k % cfg.block_n == 0,
-        EVEN_D=d == block_d, V_SCALE_PER_TILE=v_scale.dim() == 3, EMULATE_P_CAST=INTERPRET, P_SCALE=p_scale,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+    with device_guard(q8):
+        _fp8_fwd_kernel[grid](
+            q8, k8, v8, out, q_scale, k_scale, v_scale,
+            *q8.stride(), *k8.stride(), *v8.stride(), *out.stride(),
+            *_scale_strides(q_scale), *_scale_strides(k_scale), *_scale_strides(v_scale),
+            q_block, kv_block, h, h // k8.shape[1], seqlen_q, seqlen_k, float(sm_scale),
+            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), EVEN_N=seqlen_k % cfg.block_n == 0,
+            EVEN_D=d == block_d, V_SCALE_PER_TILE=v_scale.dim() == 3, EMULATE_P_CAST=INTERPRET, P_SCALE=p_scale,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
     return out
 
 

@@ -88,7 +88,6 @@ configuration (dataclass, tables by M, heuristic); the launchers; the public fun
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 
@@ -96,7 +95,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, LaunchCache, check_device, compute_capability, multiprocessor_count
+from kernels._runtime import (
+    INTERPRET,
+    LaunchCache,
+    check_device,
+    compute_capability,
+    device_guard,
+    multiprocessor_count,
+)
 
 __all__ = [
     "W4Weight",
@@ -772,7 +778,7 @@ def unpack_to_memory(weight: W4Weight) -> torch.Tensor:
     sz = weight.scale_zero
     use_asm = not INTERPRET and compute_capability(weight.packed.device) >= (9, 0)
     grid = (triton.cdiv(n, block_n), triton.cdiv(k, PACK_BLOCK), 1)
-    with _device_context(weight.packed):
+    with device_guard(weight.packed):
         _UNPACK.launch(
             grid,
             (weight.packed, sz, out, n, k_main, weight.packed.stride(0), sz.stride(0), out.stride(0)),
@@ -965,14 +971,6 @@ def _reduce(target, bias, out, split):
     )  # fmt: skip
 
 
-def _device_context(x):
-    """A ``torch.cuda.device`` guard only when x is not on the current device (the guard costs host time)."""
-    device = x.device
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        return torch.cuda.device(device)
-    return contextlib.nullcontext()
-
-
 # Split-K workspaces, per (device, stream): fp32 partial sums and int32 arrival counters. The counters are
 # zeroed once, when allocated, and every launch leaves them at 0 (the last program of each tile resets its
 # counter), so a launch needs no memset. Per stream, because two launches that run at the same time must
@@ -1128,7 +1126,7 @@ def matmul(
     else:
         tensors, names = (weight.packed, weight.scales), ("packed", "scales")
     _check_activations(x, weight.shape, bias, tensors, names)
-    with _device_context(x):
+    with device_guard(x):
         return _launch_w4(x, weight, bias, config)
 
 
@@ -1143,5 +1141,5 @@ def matmul_w8(
     if not isinstance(weight, W8Weight):
         raise TypeError(f"weight must be a W8Weight from quantize_w8(), got {type(weight).__name__}")
     _check_activations(x, weight.shape, bias, (weight.qweight, weight.scales), ("qweight", "scales"))
-    with _device_context(x):
+    with device_guard(x):
         return _launch_w8(x, weight, bias, config)

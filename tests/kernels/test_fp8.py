@@ -463,8 +463,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
     from kernels.attention import fp8
 
     fn = fp8._fp8_fwd_kernel
+    cfg = fp8.default_config(128)  # the shipped GPU tiles (TRITON_INTERPRET=0 here)
     consts = dict(HEAD_DIM=128, BLOCK_D=128, IS_CAUSAL=True, EVEN_N=False, EVEN_D=True, V_SCALE_PER_TILE=True,
-                  EMULATE_P_CAST=False, BLOCK_M=128, BLOCK_N=128)
+                  EMULATE_P_CAST=False, P_SCALE=fp8.P_SCALE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n)
     sig, cons = {}, {}
     for i, n in enumerate(fn.arg_names):
         if n in consts:
@@ -478,8 +479,10 @@ _COMPILE_SCRIPT = textwrap.dedent(
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if sig[n].startswith("*") or (n.startswith("stride_") and sig[n] == "i32" and "s" not in n[7:-1])}
     kernel = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cons, attrs=attrs),
-                            target=GPUTarget("cuda", int(sys.argv[1]), 32), options={"num_warps": 8, "num_stages": 2})
+                            target=GPUTarget("cuda", int(sys.argv[1]), 32),
+                            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     ptx = kernel.asm["ptx"]
+    print("p-cast", ptx.count("cvt.rn.satfinite.e4m3x2."))  # from f32 (sm_90) or f16x2 (sm_89)
     print(sorted(set(re.findall(r"(?:wgmma\\.mma_async\\.sync|mma\\.sync)\\.aligned\\.[\\w.]+", ptx))))
     """
 )
@@ -491,16 +494,19 @@ _COMPILE_SCRIPT = textwrap.dedent(
     ids=["sm90", "sm89"],
 )
 def test_gpu_path_compiles_to_fp8_mma(capability, mma):
-    """The GPU path (EMULATE_P_CAST off) builds, and both products are FP8 MMAs: no e4m3 → f16 widening."""
+    """The GPU path (EMULATE_P_CAST off) with the shipped tiles and P's scale builds, both products are FP8
+    MMAs (no e4m3 → f16 widening), and P goes to e4m3 through the hardware's saturating conversion."""
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
     run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(capability)], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    found = eval(run.stdout.strip().splitlines()[-1])
+    lines = run.stdout.strip().splitlines()
+    found = eval(lines[-1])
     assert found and all(".e4m3.e4m3" in m for m in found), found
     assert any(m.startswith(mma) for m in found), found
+    assert int(lines[-2].split()[1]) > 0, run.stdout  # P cast to e4m3 by the hardware conversion
 
 
 def test_p_reference_rows_by_hand():
