@@ -61,13 +61,27 @@ def multiprocessor_count(device: torch.device, without_gpu: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-@functools.cache
 def compute_capability(device: torch.device) -> tuple[int, int]:
-    """The GPU's compute capability (cached per device); (0, 0) for a CPU tensor (the interpreter)."""
+    """The GPU's compute capability (cached per device index); (0, 0) for a CPU tensor (the interpreter)."""
     if device.type != "cuda":
         return (0, 0)
-    index = torch.cuda.current_device() if device.index is None else device.index
+    return _capability(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
+
+
+def check_bf16(dtype: torch.dtype, device: torch.device) -> None:
+    """bfloat16 inputs need a GPU of compute capability 8.0 or newer, and are refused in the interpreter
+    (Triton's interpreter mis-computes tl.dot on bfloat16, triton-lang/triton#11584)."""
+    if dtype != torch.bfloat16:
+        return
+    if device.type == "cpu":
+        raise TypeError("bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
+    if device.type == "cuda" and compute_capability(device) < (8, 0):
+        raise TypeError("bfloat16 needs a GPU of compute capability 8.0 or newer")
 
 
 class LaunchCache:
@@ -119,7 +133,7 @@ class LaunchCache:
 def _arg_key(a):
     if isinstance(a, torch.Tensor):
         return (a.dtype, a.data_ptr() % 16 == 0)
-    return a
+    return (type(a), a)  # True, 1 and 1.0 hash alike but are not the same specialisation
 
 
 def _launch_hooks():

@@ -59,7 +59,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from kernels._runtime import INTERPRET, check_device, device_guard, softmax_scale
+from kernels._runtime import INTERPRET, check_bf16, check_device, device_guard, softmax_scale
 from kernels.attention.fa2_kernels import (
     _attn_bwd_delta_kernel,
     _attn_bwd_dkdv_kernel,
@@ -382,11 +382,7 @@ def _check_tensors(
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     check_device(q, k, v, names=("q", "k", "v"))
     check_shapes(q, k, v, dense=dense)
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
-        # Triton's interpreter mis-computes tl.dot on bfloat16 (triton-lang/triton#11584)
-        raise TypeError("bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
-    if q.dtype == torch.bfloat16 and q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] < 8:
-        raise TypeError("bfloat16 needs a GPU of compute capability 8.0 or newer")
+    check_bf16(q.dtype, q.device)
 
 
 def check_shapes(q, k, v, names: tuple[str, str, str] = ("q", "k", "v"), dense: bool = False) -> None:

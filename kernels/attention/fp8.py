@@ -60,7 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device, device_guard, softmax_scale
+from kernels._runtime import INTERPRET, check_device, compute_capability, device_guard, softmax_scale
 from kernels.attention.fa2 import FA2Config, check_shapes
 from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
 
@@ -445,7 +445,7 @@ def _check_fp8_inputs(q8, k8, v8) -> None:
     check_device(q8, k8, v8, names=("q8", "k8", "v8"))
     check_shapes(q8, k8, v8, ("q8", "k8", "v8"), dense=True)
     if q8.device.type == "cuda":
-        require_fp8_tensor_cores(torch.cuda.get_device_capability(q8.device), str(q8.device))
+        require_fp8_tensor_cores(compute_capability(q8.device), str(q8.device))
 
 
 def _check_p_scale(p_scale) -> None:

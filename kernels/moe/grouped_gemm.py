@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device
+from kernels._runtime import INTERPRET, check_bf16, check_device
 
 __all__ = ["GroupedGemmConfig", "default_config", "grouped_gemm"]
 
@@ -229,11 +229,7 @@ def _check_inputs(
     if expert_offsets.shape != (b.shape[0],):
         raise ValueError(f"expert_offsets must be [E] = [{b.shape[0]}], got shape {tuple(expert_offsets.shape)}")
     check_device(*(t for _, t in named), names=tuple(n for n, _ in named))
-    if a.dtype == torch.bfloat16 and a.device.type == "cpu":
-        # Triton's interpreter mis-computes tl.dot on bfloat16 (triton-lang/triton#11584)
-        raise TypeError("bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
-    if a.dtype == torch.bfloat16 and a.device.type == "cuda" and torch.cuda.get_device_capability(a.device)[0] < 8:
-        raise TypeError("bfloat16 needs a GPU of compute capability 8.0 or newer")
+    check_bf16(a.dtype, a.device)
     if check_offsets:  # reads the offsets back: one device-to-host synchronisation
         offsets = expert_offsets.cpu().long()
         if (offsets < 0).any() or (offsets.diff() < 0).any():
