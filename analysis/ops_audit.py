@@ -133,7 +133,10 @@ def moe_grouped(claim: Claim, ctx: Context) -> list[Verdict]:
         if not loop.empty:
             extra.append(f"vs the per-expert loop {_span(loop['ms_median_a'] / loop['ms_median_b'], '.2f')}")
         if len(refused):
-            extra.append(f"{len(refused)} larger gather points not run ({refused['status'].iloc[0]}: over the cap)")
+            why = {"unsupported": "over the gathering cap", "oom": "out of memory"}
+            counts = "; ".join(f"{n} {s}" + (f" ({why[s]})" if s in why else "")
+                               for s, n in refused["status"].value_counts().items())  # fmt: skip
+            extra.append(f"{len(refused)} larger gather points not run: {counts}")
         return Verdict(
             verdict,
             f"per-token gathering {_span(speed)} slower than sorted dispatch + grouped GEMM",

@@ -32,7 +32,7 @@ def _sha256(path: Path) -> str:
 
 
 # what a result row depends on: a difference here between two commits can change a measurement
-MEASURED_CODE = ["kernels", "analysis/experiments", "analysis/harness.py", "analysis/flops.py",
+MEASURED_CODE = ["kernels", "analysis/experiments", "analysis/harness.py", "analysis/flops.py", "analysis/models.py",
                  "workflow/scripts/attention_benchmark.py", "workflow/scripts/ops_benchmark.py"]  # fmt: skip
 
 

@@ -110,7 +110,7 @@ def failures(df: pd.DataFrame, ops: pd.DataFrame | None = None) -> pd.DataFrame:
         bad = ops[ops["status"] != "ok"]
         shape = [_ops_shape(r) for r in bad.to_dict("records")]
         out = pd.concat([out, pd.DataFrame({"experiment": bad["experiment"], "impl": bad["impl"],
-                                            "dtype": bad["dtype"], "mode": "fwd", "shape": shape,
+                                            "dtype": bad["dtype"], "mode": "", "shape": shape,
                                             "status": bad["status"], "message": bad["message"]})])  # fmt: skip
     return out.reset_index(drop=True)
 

@@ -37,11 +37,12 @@ import torch
 from analysis import harness
 from analysis.experiments import attention as att
 from analysis.experiments.spec import FP8_GRANULARITIES, Spec
-from analysis.flops import attention_flops, tflops
+from analysis.flops import attention_flops, gemm_flops, tflops
 from kernels import tolerance
 from kernels.attention import reference
 
 CEILING_N = 8192  # the ceiling GEMMs are CEILING_N³
+_GEMM_REL_BOUND = 2.0**-7  # the ceiling GEMMs' gate: about the bf16 output's rounding; a wrong GEMM is far beyond
 OUTLIER_RATE = 1e-3  # FlashAttention-3's outlier features: a 0.1 % Bernoulli mask ...
 OUTLIER_STD = 10.0  # ... of N(0, 100)
 LARGE_V = 1000.0  # large: V × 1000, past e4m3's ±448 (Q and K stay N(0, 1): a well-conditioned softmax)
@@ -227,13 +228,13 @@ def _ceiling(spec: Spec, impl: str, base: dict, device, timed: bool) -> dict:
             exact = a16[:64].double() @ b16.double()
         got = call()[:64].double()
         rel = ((got - exact).norm() / exact.norm()).item()
-        metrics.update(rms_err=rel, err_bound=2.0**-7)
-        if not rel <= 2.0**-7:  # the bf16 output's rounding: a wrong GEMM is far beyond it
+        metrics.update(rms_err=rel, err_bound=_GEMM_REL_BOUND)
+        if not rel <= _GEMM_REL_BOUND:
             return att.make_row(base, impl, "mismatch", f"{message}; relative error {rel:.2e}", **metrics)
         if not timed:
             return att.make_row(base, impl, "ok", message, **metrics)
         metrics.update(att.time_call(call, spec))
-        metrics["tflops"] = tflops(2.0 * n**3, metrics["ms_median"])
+        metrics["tflops"] = tflops(gemm_flops(n, n, n), metrics["ms_median"])
         return att.make_row(base, impl, "ok", message, **metrics)
     except Exception as exc:
         status, msg = harness.classify(exc)

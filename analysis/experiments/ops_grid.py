@@ -212,8 +212,14 @@ def _call_s(flops: float, nbytes: float) -> float:
 def _quant_point_s(spec: QuantSpec, impl: str, m: int) -> float:
     n, k = spec.n, spec.k
     flops = gemm_flops(m, n, k) if impl != "copy-weight" else 0.0
-    w16 = models.dense_weight_bytes(n, k)
-    nbytes = {"torch-linear": w16, "dequant-linear": 3 * w16, "copy-weight": n * k}.get(impl, n * k / 2)
+    int4 = models.int4_weight_bytes(n, k, spec.group_size, 2, 0 if spec.symmetric else 2)  # one int32 per group
+    nbytes = {
+        "torch-linear": models.dense_weight_bytes(n, k),
+        "dequant-linear": models.unfused_dequant_bytes(n, k, int4),
+        "copy-weight": 2 * int4,  # read and written
+        "ours-w8a16": models.int8_weight_bytes(n, k, 2),
+        "torch-int4pack": models.int4pack_weight_bytes(n, k, spec.group_size),
+    }.get(impl, int4)
     return POINT_S + (spec.warmup_ms + spec.rep_ms) / 1e3 + CALLS * _call_s(flops, nbytes)
 
 

@@ -83,11 +83,8 @@ def _config_text(m: int, spec: QuantSpec, device) -> str:
     from kernels._runtime import multiprocessor_count
     from kernels.quant import w4a16
 
-    try:
-        sms = multiprocessor_count(torch.device(device), 132)
-        return str(w4a16.choose_config(m, spec.n, spec.k, sm_count=sms))
-    except TypeError:
-        return str(w4a16.choose_config(m, spec.n, spec.k))
+    sms = multiprocessor_count(torch.device(device), 132)
+    return str(w4a16.choose_config(m, spec.n, spec.k, sm_count=sms))
 
 
 def run(spec: QuantSpec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info,
