@@ -101,11 +101,6 @@ class _Layer:
 
         return moe_ffn(x, logits, self.wg, self.wu, self.wd, self.spec.top_k)
 
-    def loop(self, x, logits):
-        from kernels.moe import reference
-
-        return reference.moe_ffn_reference(x, logits, self.wg, self.wu, self.wd, self.spec.top_k)
-
     def reference(self, x, logits, dtype):
         from kernels.moe import reference
 
@@ -230,7 +225,6 @@ class _Point:
         p.xs = routing.gather(p.x, p.plan)
         p.touched = int((p.plan.counts > 0).sum().item())
         p.row_sample = oc.sample_rows(p.xs.shape[0], spec.check_rows).to(device)
-        p.row_expert = torch.searchsorted(p.plan.expert_offsets.long(), p.row_sample, right=True)
         p.grouped_ref, p.grouped_same = _grouped_refs(layer, p, dtype)
         if layer.dense is not None:
             p.dense_ref = layer.dense_ffn(xs.double(), torch.float64)
@@ -239,15 +233,14 @@ class _Point:
 
 
 def _grouped_refs(layer: _Layer, p: _Point, dtype):
-    """Float64 and same-precision ``xs[r] @ w_gate[e(r)]`` at the sampled rows, one product per expert."""
+    """Float64 and same-precision ``xs[r] @ w_gate[e(r)]`` at the sampled rows (``reference``'s per-expert
+    products on the sampled rows, whose expert segments end where the sorted sample crosses each offset)."""
+    from kernels.moe import reference
+
     rows = p.xs.index_select(0, p.row_sample)
-    ref = torch.empty((rows.shape[0], layer.spec.ffn), dtype=torch.float64, device=rows.device)
-    same = torch.empty((rows.shape[0], layer.spec.ffn), dtype=dtype, device=rows.device)
-    for e in p.row_expert.unique().tolist():
-        sel = (p.row_expert == e).nonzero().squeeze(1)
-        ref[sel] = rows[sel].double() @ layer.wg[e].double()
-        same[sel] = rows[sel] @ layer.wg[e]
-    return ref, same
+    ends = torch.searchsorted(p.row_sample, p.plan.expert_offsets.long())
+    return (reference.grouped_gemm_reference(rows, layer.wg, ends, torch.float64),
+            reference.grouped_gemm_reference(rows, layer.wg, ends, dtype))  # fmt: skip
 
 
 def _measure(layer: _Layer, p: _Point, impl: str, base: dict, timed: bool) -> list[dict]:
@@ -261,7 +254,7 @@ def _measure(layer: _Layer, p: _Point, impl: str, base: dict, timed: bool) -> li
         return [_measure_grouped(layer, p, impl, base, timed)]
     calls = {
         "ours-moe": lambda: layer.ours(p.x, p.logits),
-        "loop-moe": lambda: layer.loop(p.x, p.logits),
+        "loop-moe": lambda: layer.reference(p.x, p.logits, None),  # the per-expert loop in x's dtype
         "gather-moe": lambda: layer.gather(p.x, p.logits),
         "grouped-mm-moe": lambda: layer.grouped_mm(p.x, p.logits),
         "dense-ffn": lambda: layer.dense_ffn(p.x),
@@ -283,9 +276,9 @@ def _measure(layer: _Layer, p: _Point, impl: str, base: dict, timed: bool) -> li
         metrics.update(errors)
         del out
         if impl == "ours-moe":
-            stage_rows = _stages(layer, p, base, timed, ref, same)
+            stage_rows = _stages(layer, p, base, timed, ref, same, layer_flops, expert_bytes)
         if failure:
-            return [oc.make_row(base, impl, "mismatch", failure, **metrics), *stage_rows]
+            return [*stage_rows, oc.make_row(base, impl, "mismatch", failure, **metrics)]
         if timed:
             metrics.update(harness.measure(call, spec.warmup_ms, spec.rep_ms))
             metrics["tflops"] = oc.rate(layer_flops, metrics["ms_median"], 1e12)
@@ -299,8 +292,9 @@ def _measure(layer: _Layer, p: _Point, impl: str, base: dict, timed: bool) -> li
         return [*stage_rows, oc.make_row(base, impl, status, message, **metrics)]
 
 
-def _stages(layer: _Layer, p: _Point, base: dict, timed: bool, ref, same) -> list[dict]:
-    """Rows of ours-moe's stages, each timed alone on inputs computed beforehand; gated by composing them."""
+def _stages(layer: _Layer, p: _Point, base: dict, timed: bool, ref, same, flops, gemm_bytes) -> list[dict]:
+    """Rows of ours-moe's stages, each timed alone on inputs computed beforehand; gated by composing them
+    (the stored route, dispatch and gather that the stage timings use, not moe_ffn's own)."""
     from kernels.moe import routing
 
     spec = layer.spec
@@ -313,7 +307,6 @@ def _stages(layer: _Layer, p: _Point, base: dict, timed: bool, ref, same) -> lis
         "gemm": lambda: layer.gemms(p.xs, p.plan),
         "combine": lambda: routing.combine(ys, p.weights, p.plan),
     }
-    gemm_bytes = models.moe_expert_weight_bytes(p.touched, spec.hidden, spec.ffn, layer.wg.element_size())
     rows = []
     for stage, call in calls.items():
         sbase = {**base, "stage": stage}
@@ -327,7 +320,6 @@ def _stages(layer: _Layer, p: _Point, base: dict, timed: bool, ref, same) -> lis
             if timed:
                 metrics.update(harness.measure(call, spec.warmup_ms, spec.rep_ms))
                 if stage == "gemm":
-                    flops = moe_ffn_flops(base["tokens"], spec.top_k, spec.hidden, spec.ffn)
                     metrics["tflops"] = oc.rate(flops, metrics["ms_median"], 1e12)
                     metrics["gbps"] = oc.rate(gemm_bytes, metrics["ms_median"], 1e9)
             rows.append(oc.make_row(sbase, "ours-moe", "ok", "", **metrics))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from kernels.moe import routing
-from kernels.moe.grouped_gemm import default_config, grouped_gemm
+from kernels.moe.grouped_gemm import SUPPORTED_DTYPES, grouped_gemm
 
 __all__ = ["moe_ffn", "expert_ffn"]
 
@@ -45,8 +45,8 @@ def _check_inputs(x, router_logits, w_gate, w_up, w_down) -> None:
     f = w_gate.shape[2]
     if w_down.shape != (e, f, h):
         raise ValueError(f"w_down must be [E, F, H] = [{e}, {f}, {h}], got {tuple(w_down.shape)}")
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"x has dtype {x.dtype}; supported: float16, bfloat16, float32")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; supported: {', '.join(str(d)[6:] for d in SUPPORTED_DTYPES)}")
     for name, t in zip(names[2:], tensors[2:], strict=True):
         if t.dtype != x.dtype:
             raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")
@@ -80,6 +80,5 @@ def expert_ffn(xs: torch.Tensor, plan: routing.Dispatch, w_gate, w_up, w_down) -
     """The experts' SwiGLU on rows already sorted by expert (``routing.gather``): the fused gate/up grouped
     GEMM, then the down projection; ``[tokens · k, H]`` in the sorted order. No input checks (``moe_ffn``
     does them); the experiments time this step alone."""
-    up_cfg, down_cfg = default_config(xs.dtype, fuse_swiglu=True), default_config(xs.dtype)
-    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, config=up_cfg, check_offsets=False)
-    return grouped_gemm(hidden, w_down, plan.expert_offsets, config=down_cfg, check_offsets=False)
+    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, check_offsets=False)
+    return grouped_gemm(hidden, w_down, plan.expert_offsets, check_offsets=False)

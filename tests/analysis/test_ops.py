@@ -287,6 +287,21 @@ def test_moe_wrong_grouped_gemm_is_caught(env, fake_timing, monkeypatch):
     assert len(fake_timing) == 1
 
 
+def test_moe_wrong_layer_is_caught_with_its_stages(env, fake_timing, monkeypatch):
+    """A wrong grouped GEMM inside our layer (the one moe_ffn and the gemm stage use): the layer's total and
+    its four stage rows are mismatch rows, none of them timed; the loop still passes and is timed."""
+    import kernels.moe.ffn as kffn
+
+    real = kffn.grouped_gemm
+    monkeypatch.setattr(kffn, "grouped_gemm", lambda a, b, off, **kw: real(a, b, off, **kw) * 1.1)
+    spec = _moe_spec(tokens=[20], impls=["ours-moe", "loop-moe"])
+    df = ops_tables.to_frame(moe.run(spec, env, device="cpu", log_line=lambda s: None))
+    ours = df[df["impl"] == "ours-moe"]
+    assert sorted(ours["stage"]) == sorted(["routing", "dispatch", "gemm", "combine", "total"])
+    assert (ours["status"] == "mismatch").all() and ours["ms_median"].isna().all()
+    assert df[df["impl"] == "loop-moe"]["status"].tolist() == ["ok"] and len(fake_timing) == 1
+
+
 def test_zipf_routing_follows_the_law():
     gen = torch.Generator().manual_seed(3)
     logits = moe.routing_logits(40000, 8, "zipf", 1.2, gen, "cpu")

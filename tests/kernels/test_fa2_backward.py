@@ -13,6 +13,7 @@ import dataclasses
 import pytest
 import torch
 from attention_checks import PoisonedTorch, assert_gradients_match, output_and_grads, random_tensors
+from gpu_limits import HOPPER_SMEM_PER_BLOCK
 
 from kernels.attention import fa2
 from kernels.attention.fa2 import FA2Config
@@ -188,7 +189,6 @@ def test_every_gradient_written(case: Case, kv_heads, device, monkeypatch):
 # Backward configurations: defaults, fit check, pinning
 # ---------------------------------------------------------------------------------------------------
 
-H200_SMEM = 232448  # bytes of shared memory per block that Triton reports for an H100/H200
 C = FA2Config
 
 
@@ -204,7 +204,7 @@ C = FA2Config
     ],
 )
 def test_h200_defaults_are_the_sweep_winners(head_dim, causal, dkdv, dq):
-    assert fa2.gpu_bwd_configs(head_dim, causal, smem_limit=H200_SMEM) == (dkdv, dq)
+    assert fa2.gpu_bwd_configs(head_dim, causal, smem_limit=HOPPER_SMEM_PER_BLOCK) == (dkdv, dq)
 
 
 @pytest.mark.parametrize("smem_limit", [166912, 101376, 65536], ids=["163KiB", "99KiB", "64KiB"])
@@ -223,7 +223,7 @@ def test_smaller_gpus_fall_back_to_tiles_that_fit(head_dim, elem_bytes, smem_lim
 
 
 def test_fp32_at_d128_falls_back_on_h200():
-    chosen = fa2.gpu_bwd_configs(128, False, elem_bytes=4, smem_limit=H200_SMEM)
+    chosen = fa2.gpu_bwd_configs(128, False, elem_bytes=4, smem_limit=HOPPER_SMEM_PER_BLOCK)
     assert chosen.dkdv == C(64, 64, 4, 2) and chosen.dq == C(64, 64, 4, 2)
 
 
@@ -244,7 +244,7 @@ def test_gpu_default_is_the_fitting_sweep_winner():
 @pytest.mark.parametrize("head_dim", [0, 257])
 def test_bwd_configs_refuse_bad_head_dim(head_dim):
     with pytest.raises(ValueError, match=f"head_dim {head_dim} is not supported"):
-        fa2.gpu_bwd_configs(head_dim, False, smem_limit=H200_SMEM)
+        fa2.gpu_bwd_configs(head_dim, False, smem_limit=HOPPER_SMEM_PER_BLOCK)
 
 
 def test_bwd_config_round_trips():

@@ -22,6 +22,7 @@ torch's cast). Three checks per case:
 from __future__ import annotations
 
 import math
+import ast
 import os
 import subprocess
 import sys
@@ -503,7 +504,7 @@ def test_gpu_path_compiles_to_fp8_mma(capability, mma):
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
-    found = eval(lines[-1])
+    found = ast.literal_eval(lines[-1])
     assert found and all(".e4m3.e4m3" in m for m in found), found
     assert any(m.startswith(mma) for m in found), found
     assert int(lines[-2].split()[1]) > 0, run.stdout  # P cast to e4m3 by the hardware conversion

@@ -11,6 +11,7 @@ interpreter crosses tile and segment ends. The GPU path is compiled for sm_90 in
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
+from gpu_limits import HOPPER_SMEM_PER_BLOCK
 
 from kernels import tolerance
 from kernels.moe import grouped_gemm, moe_ffn, reference, routing
@@ -407,7 +409,7 @@ def test_gpu_path_compiles_to_wgmma(fuse, dtype, mma):
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     shared, _, found = run.stdout.strip().splitlines()[-1].partition(" ")
-    found = eval(found)
-    assert int(shared) <= 232448, f"needs {shared} bytes of shared memory, more than an H100/H200 block has"
+    found = ast.literal_eval(found)
+    assert int(shared) <= HOPPER_SMEM_PER_BLOCK, f"needs {shared} bytes of shared memory, more than a Hopper block has"
     assert found and all(m.startswith("wgmma.mma_async.sync.aligned.m64n") for m in found), found
     assert all(m.endswith(f".f32.{mma}.{mma}") for m in found), found

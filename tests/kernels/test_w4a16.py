@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ast
 import os
 import subprocess
 import sys
@@ -526,7 +527,7 @@ def test_gpu_path_compiles(bits, m):
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
-    found = eval(lines[-1])
+    found = ast.literal_eval(lines[-1])
     assert lines[-2] == "local 0", run.stdout
     if bits == 4:
         assert lines[-3] == "loop-converts 0", run.stdout
