@@ -21,8 +21,8 @@ torch's cast). Three checks per case:
 
 from __future__ import annotations
 
-import math
 import ast
+import math
 import os
 import subprocess
 import sys

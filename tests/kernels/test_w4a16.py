@@ -10,9 +10,9 @@ separately: round trips within half a step, and the layer's error against the un
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
-import ast
 import os
 import subprocess
 import sys
