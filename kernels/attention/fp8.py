@@ -63,6 +63,7 @@ import triton.language as tl
 from kernels._runtime import INTERPRET, check_device, compute_capability, device_guard, softmax_scale
 from kernels.attention.fa2 import FA2Config, check_shapes
 from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
+from kernels.attention.reference import P_SCALE, _scores, _values, round_p
 
 __all__ = [
     "E4M3_MAX",
@@ -86,8 +87,8 @@ __all__ = [
 
 FP8 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
-# P ∈ [0, 1] is multiplied by this before the cast to e4m3: a power of two (exact), and 256·1 stays below 448
-P_SCALE = 256.0
+# P ∈ [0, 1] is multiplied by P_SCALE (reference.P_SCALE, 256) before the cast to e4m3: a power of two
+# (exact), and 256·1 stays below 448
 GRANULARITIES = ("tensor", "head", "block")
 # "none": no scaling at all (x cast to e4m3 directly, saturating at ±448): the control of the experiments
 QUANTIZERS = ("none",) + GRANULARITIES
@@ -638,13 +639,9 @@ def emulate(
     qd = dequantize(q8, q_scale, q_block).double()
     kd = dequantize(k8, k_scale, kv_block).double()
     vd = dequantize(v8, v_scale, kv_block).double()
-    if k8.shape[1] != h:
-        kd, vd = (t.repeat_interleave(h // k8.shape[1], dim=1) for t in (kd, vd))
-    s = (qd @ kd.transpose(-1, -2)) * (sm_scale * _LOG2E)
-    if causal:
-        rows = torch.arange(nq)[:, None]
-        cols = torch.arange(nk)[None, :]
-        s = s.masked_fill(cols > rows + (nk - nq), float("-inf"))
+    # the reference's scores (K repeated over grouped heads, the causal mask), in log2 units as the kernel's
+    s = _scores(qd, kd, causal, sm_scale, None, torch.float64).reshape(b, h, nq, nk) * _LOG2E
+    vd = _values(vd, h, torch.float64).reshape(b, h, nk, d)
     m = torch.full((b, h, nq, 1), float("-inf"), dtype=torch.float64)
     ell = torch.zeros((b, h, nq, 1), dtype=torch.float64)
     acc = torch.zeros((b, h, nq, d), dtype=torch.float64)
@@ -655,7 +652,6 @@ def emulate(
         p = torch.exp2(st - m_use)
         alpha = torch.exp2(m - m_use)
         ell = ell * alpha + p.sum(dim=-1, keepdim=True)
-        p8 = (p * p_scale).to(FP8).double() / p_scale
-        acc = acc * alpha + p8 @ vd[..., start : start + block_n, :]
+        acc = acc * alpha + round_p(p, p_scale) @ vd[..., start : start + block_n, :]
         m = m_new
     return torch.where(ell > 0, acc / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(acc))

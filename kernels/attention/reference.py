@@ -30,6 +30,13 @@ import torch.nn.functional as F
 from kernels._runtime import softmax_scale
 
 SDPA_BACKENDS = ("math", "efficient", "flash", "cudnn")
+P_SCALE = 256.0  # what an FP8 attention kernel multiplies P by before its e4m3 cast (kernels.attention.fp8's)
+E4M3_FLUSH = 2.0**-10  # half of e4m3's smallest subnormal (2⁻⁹): below it a value rounds to 0
+
+
+def round_p(p: torch.Tensor, p_scale: float = P_SCALE) -> torch.Tensor:
+    """P as an FP8 kernel multiplies it into V, in float64: P · p_scale cast to e4m3, divided back."""
+    return (p * p_scale).to(torch.float8_e4m3fn).to(torch.float64) / p_scale
 
 
 def causal_mask(rows: torch.Tensor, seqlen_q: int, seqlen_k: int) -> torch.Tensor:
@@ -108,25 +115,24 @@ def _probabilities_rows(q, k, rows, causal, sm_scale):
     return torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m)), torch.isfinite(s)
 
 
-def p_rounded_attention_rows(q, k, v, rows, causal: bool = False, sm_scale: float | None = None, p_scale=256.0):
+def p_rounded_attention_rows(q, k, v, rows, causal: bool = False, sm_scale: float | None = None, p_scale=P_SCALE):
     """Float64 attention of ``rows`` with P = exp(S − rowmax) rounded as an FP8 kernel rounds it before P·V
     (P · p_scale cast to e4m3, divided back) and the row sum taken from the unrounded P: the
     same-precision computation the tolerance policy bounds an FP8 attention kernel by (the kernel's
     running maximum moves the rounding points a little; the error is of the same size)."""
     p, _ = _probabilities_rows(q, k, rows, causal, sm_scale)
     ell = p.sum(dim=-1, keepdim=True)
-    p8 = (p * p_scale).to(torch.float8_e4m3fn).to(torch.float64) / p_scale
-    o = p8 @ _values(v, q.shape[1], torch.float64)
+    o = round_p(p, p_scale) @ _values(v, q.shape[1], torch.float64)
     o = torch.where(ell > 0, o / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(o))
     return o.reshape(q.shape[0], q.shape[1], -1, v.shape[3])
 
 
-def p_underflow_rows(q, k, rows, causal: bool = False, sm_scale: float | None = None, p_scale=256.0):
+def p_underflow_rows(q, k, rows, causal: bool = False, sm_scale: float | None = None, p_scale=P_SCALE):
     """``(fraction, mass)`` of the visible entries of P = exp(S − rowmax) on the query ``rows`` that e4m3
     flushes to zero once multiplied by ``p_scale`` (below 2⁻¹⁰, half the smallest subnormal): their
     share of the entries and their share of the row sums, in float64."""
     p, visible = _probabilities_rows(q, k, rows, causal, sm_scale)
-    flushed = visible & (p * p_scale < 2.0**-10)
+    flushed = visible & (p * p_scale < E4M3_FLUSH)
     count = visible.sum().item()
     if count == 0:
         return 0.0, 0.0

@@ -208,17 +208,6 @@ def test_hardware_p_cast_matches_torch():
     assert torch.equal(y.cpu(), x.cpu().to(torch.float8_e4m3fn).float())
 
 
-def _quantised(q, k, v, granularity, cfg, rotate=False):
-    qf, kf = q.float(), k.float()
-    if rotate:
-        m = fp8.rotation(q.shape[-1], device=q.device)
-        qf, kf = qf @ m, kf @ m
-    q8, qs = fp8.quantize(qf, granularity, cfg.block_m)
-    k8, ks = fp8.quantize(kf, granularity, cfg.block_n)
-    v8, vs = fp8.quantize(v, granularity, cfg.block_n)
-    return q8, k8, v8, qs, ks, vs
-
-
 def _check_against_emulation(name, out, quantised, cfg, causal, blocks=None):
     """Checks 1 and 3 of the module docstring; returns the emulation (float64, on the CPU)."""
     q8, k8, v8, qs, ks, vs = (t.cpu() for t in quantised)
@@ -268,7 +257,7 @@ def test_attention_matches_emulation_and_float64(case, device):
     out = fp8.attention(q, k, v, causal=causal, granularity=granularity)
     assert out.shape == q.shape and out.dtype == dtype
     cfg = fp8.config_in_effect(d)
-    emu = _check_against_emulation(name, out, _quantised(q, k, v, granularity, cfg), cfg, causal)
+    emu = _check_against_emulation(name, out, fp8.quantize_qkv(q, k, v, granularity, cfg), cfg, causal)
     # check 2: the tolerance policy, with the emulation as the same-precision computation
     ref = reference.reference_attention(q.cpu(), k.cpu(), v.cpu(), causal)
     tolerance.assert_close(f"out {name}", out.cpu(), ref, emu, dtype)
@@ -284,7 +273,7 @@ def test_rotated_attention(device):
     q[..., 3] *= 20.0
     out = fp8.attention(q, k, v, causal=True, granularity="tensor", rotate=True)
     cfg = fp8.config_in_effect(64)
-    emu = _check_against_emulation("rotated f16", out, _quantised(q, k, v, "tensor", cfg, rotate=True), cfg, True)
+    emu = _check_against_emulation("rotated f16", out, fp8.quantize_qkv(q, k, v, "tensor", cfg, rotate=True), cfg, True)
     ref = reference.reference_attention(q.cpu(), k.cpu(), v.cpu(), True)
     tolerance.assert_close("out rotated f16", out.cpu(), ref, emu, F16)
 
