@@ -368,21 +368,23 @@ def _eager_rescale(rescale: str) -> bool:
 
 
 def _check_tensors(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str, dense: bool = False
-) -> None:
-    """The checks shared by the dense and the packed layouts (heads on dim 1, head_dim last)."""
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str, dense: bool = False,
+    dtypes: tuple = SUPPORTED_DTYPES, dtype_note: str = "supported: float16, bfloat16, float32",
+) -> None:  # fmt: skip
+    """The checks shared by the dense and the packed layouts (heads on dim 1, head_dim last), and by the
+    FP8 kernel's 16-bit entry point (``dtypes``, ``dtype_note``); the callers whose products are in the
+    inputs' dtype add ``check_bf16``."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != ndim:
             raise ValueError(f"{name} must be {layout}, got shape {tuple(t.shape)}")
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32")
+        if t.dtype not in dtypes:
+            raise TypeError(f"{name} has dtype {t.dtype}; {dtype_note}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     check_device(q, k, v, names=("q", "k", "v"))
     check_shapes(q, k, v, dense=dense)
-    check_bf16(q.dtype, q.device)
 
 
 def check_shapes(q, k, v, names: tuple[str, str, str] = ("q", "k", "v"), dense: bool = False) -> None:
@@ -406,6 +408,7 @@ def check_shapes(q, k, v, names: tuple[str, str, str] = ("q", "k", "v"), dense: 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Dense ``[batch, heads, seq, head_dim]`` inputs (also used by fa1.py and decode.py)."""
     _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True)
+    check_bf16(q.dtype, q.device)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -480,6 +483,7 @@ def _check_max(name: str, given, longest: int) -> int:
 
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> _Packing:
     _check_tensors(q, k, v, 3, "[total_tokens, heads, head_dim]")
+    check_bf16(q.dtype, q.device)
     if k.shape[2] != q.shape[2]:
         raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in head_dim")
     offs_q = _check_offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], "q", q.device)

@@ -61,7 +61,7 @@ import triton
 import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device, compute_capability, device_guard, softmax_scale
-from kernels.attention.fa2 import FA2Config, check_shapes
+from kernels.attention.fa2 import FA2Config, _check_tensors, check_shapes
 from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
 from kernels.attention.reference import P_SCALE, _scores, _values, round_p
 
@@ -577,19 +577,9 @@ def attention(
     Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable.
     """
     _check_granularity(granularity)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in OUT_DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; FP8 attention takes float16 or bfloat16 inputs")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    check_device(q, k, v, names=("q", "k", "v"))
+    _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=OUT_DTYPES,
+                   dtype_note="FP8 attention takes float16 or bfloat16 inputs")  # fmt: skip
     cfg = config_in_effect(q.shape[3], config)
-    # a head-dim mismatch is reported by forward_quantized, not by the rotation's matmul
-    rotate = rotate and q.shape[3] == k.shape[3]
     q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, cfg, rotate=rotate, seed=seed)
     return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=cfg.block_m, kv_block=cfg.block_n,
                              out_dtype=q.dtype, config=cfg, p_scale=p_scale)  # fmt: skip

@@ -422,6 +422,9 @@ def test_attention_rejects_bad_inputs(device):
         fp8.attention(q.half(), q.half(), q.bfloat16())
     with pytest.raises(ValueError, match="granularity must be one of"):
         fp8.attention(q.half(), q.half(), q.half(), granularity="channel")
+    k = torch.randn(1, 2, 17, 64, device=device, dtype=F16)  # another head dim: refused before any rotation
+    with pytest.raises(ValueError, match="head_dim"):
+        fp8.attention(q.half(), k, k, rotate=True)
 
 
 def test_capability_check():
