@@ -25,17 +25,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from analysis import figures
-from analysis.figures import NoDataError, _gpu_label, _save, _theme
+from analysis.figures import NoDataError, _as_bool, _gpu_label, _log2_x, _save, _theme
 from analysis.ops_tables import STAGES, moe_stage_split, with_copy_gbps
 
 matplotlib.use("Agg")
 
 log = logging.getLogger(__name__)
 
-_TRUE = {"true", "1", "1.0", "yes"}
 _NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_median", "ms_p20", "ms_p80", "tflops",
             "model_bytes", "gbps", "peak_mem_mib", "max_abs_err", "rel_err", "quant_err"]  # fmt: skip
 QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
@@ -55,7 +53,7 @@ def prepare(df: pd.DataFrame, family: str) -> pd.DataFrame:
     d = df[df["family"] == family].copy()
     for c in _NUMERIC:
         d[c] = pd.to_numeric(d[c], errors="coerce")
-    d["timed"] = d["timed"].map(lambda v: str(v).strip().lower() in _TRUE).astype(bool)
+    d["timed"] = _as_bool(d["timed"])
     return d[(d["status"] == "ok") & d["timed"]]
 
 
@@ -63,14 +61,6 @@ def _title(d: pd.DataFrame, what: str) -> str:
     gpu = _gpu_label(d)
     dtypes = ", ".join(sorted(map(str, d["dtype"].dropna().unique())))
     return f"{gpu}: {what}" + (f" ({dtypes})" if dtypes else "")
-
-
-def _log2_axis(ax, values) -> None:
-    ax.set_xscale("log", base=2)
-    ticks = sorted({int(v) for v in values if v == v})
-    ax.set_xticks(ticks)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v)}" if v < 1024 else f"{int(v) // 1024}K"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _panels(n: int, width: float = 4.0, height: float = 3.2):
@@ -110,7 +100,7 @@ def _line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str
                         linewidth=2.4 if impl in _THICK else 1.4)  # fmt: skip
             if mark is not None:
                 mark(ax, s)
-            _log2_axis(ax, s[x])
+            _log2_x(ax, [v for v in s[x] if v == v])
             ax.set_title(name, fontsize=9)
             ax.set_xlabel(labels[0])
             ax.set_ylabel(labels[1])

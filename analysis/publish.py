@@ -49,6 +49,14 @@ def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, l
     return out
 
 
+def _rows_per_commit(df, gpu: str, path: Path):
+    """Rows per git commit of a results table, which must hold rows of ``gpu`` alone."""
+    gpus = set(df["gpu"].dropna().astype(str))
+    if gpus != {gpu}:
+        raise ValueError(f"{path} holds rows of GPU types {sorted(gpus)}, expected only {gpu!r}")
+    return df["git_sha"].dropna().astype(str).value_counts()
+
+
 def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed: bool = False) -> Path:
     src = results / gpu
     table = src / "attention.csv"
@@ -57,10 +65,7 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         if not required.is_file():
             raise FileNotFoundError(f"{required} is missing: run the pipeline on a {gpu} GPU first")
     df = tables.read_rows([table])
-    gpus = set(df["gpu"].dropna().astype(str))
-    if gpus != {gpu}:
-        raise ValueError(f"{table} holds rows of GPU types {sorted(gpus)}, expected only {gpu!r}")
-    per_sha = df["git_sha"].dropna().astype(str).value_counts()
+    per_sha = _rows_per_commit(df, gpu, table)
     shas = sorted(per_sha.index, key=lambda sha: -per_sha[sha])  # the commit of most rows first
     if len(shas) != 1 and not allow_mixed:
         raise ValueError(
@@ -74,7 +79,7 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         from analysis import ops_tables
 
         ops = ops_tables.read_rows([src / "ops.csv"])
-        ops_per_sha = ops["git_sha"].dropna().astype(str).value_counts()
+        ops_per_sha = _rows_per_commit(ops, gpu, src / "ops.csv")
         ops_summary = {
             "rows": int(len(ops)),
             "statuses": {k: int(v) for k, v in ops["status"].value_counts().items()},

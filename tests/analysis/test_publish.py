@@ -53,6 +53,15 @@ def test_publish_refuses_other_gpu_types(tmp_path):
         publish.publish("h200", res, tmp_path / "ref")
 
 
+def test_publish_refuses_ops_rows_of_other_gpu_types(tmp_path):
+    from analysis import ops_tables
+
+    res = _results(tmp_path, [_row(SHA_A)])
+    ops_tables.write_rows([_ops_row(SHA_A), _ops_row(SHA_A, gpu="a100-sxm4-80gb")], res / "h200" / "ops.csv")
+    with pytest.raises(ValueError, match="ops.csv holds rows of GPU types"):
+        publish.publish("h200", res, tmp_path / "ref")
+
+
 def test_mixed_commits_need_allow_mixed_and_are_recorded(tmp_path, monkeypatch):
     res = _results(tmp_path, [_row(SHA_A), _row(SHA_A, seqlen_q=256), _row(SHA_B, seqlen_q=512)])
     with pytest.raises(ValueError, match="several commits"):
