@@ -42,7 +42,8 @@ K-major only, so V is best stored sequence-contiguous (``quantize_qkv`` does it;
 transposed in shared memory inside the loop: 2.5× slower on the H200). The shipped H200 run
 (reports/reference/h200, experiment ``fp8-speed``: d = 128, B·N = 16384, 16 heads, pre-quantised inputs,
 N ≥ 4096) measured 694–713 TFLOP/s per tensor and 634–656 per block without a mask, 553–664 causal, against
-444–489 for our bf16 FA-2 and 1264–1433 for ``torch._scaled_mm`` on 8192³ in the same run; the softmax's
+444–489 for our bf16 FA-2 without a mask (413–461 causal), 657–669 for SDPA's cuDNN backend in bf16 without a
+mask (so above per-block FP8) and 1264–1433 for ``torch._scaled_mm`` on 8192³ in the same run; the softmax's
 exponentials are not overlapped with the tensor cores here (FlashAttention-3 does that with warp
 specialisation and ping-pong scheduling), which is where the rest of the FP8 peak goes.
 

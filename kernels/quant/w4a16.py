@@ -67,7 +67,8 @@ both scale placements, the int4 and int8 kernels, split-K counters reused across
 Triton 3.6's interpreter computes bfloat16 wrongly, so the bf16 paths are checked only on a GPU), compiled
 for sm_90 on the CPU (every default path: wgmma, the PTX pairs, no layout conversion in the K loop, no local
 memory), and on an H200 (the whole file, bf16 included; the PTX and plain-Triton forms bit for bit).
-Compiled for sm_90 (bf16, group 128, ``.dev/sass.py``): the decode config (16 × 128 × 128, 4 warps,
+Compiled for sm_90 (bf16, group 128; a one-off count of the SASS between the K loop's label and its
+backward branch, from nvdisasm): the decode config (16 × 128 × 128, 4 warps,
 4 stages, swapped, scale after) has 426 SASS instructions in its K loop for 128 weights a thread (3.3 a
 weight; 609 in the plain-Triton form), 126 registers; the GEMM config (128 × 256 × 128, 8 warps, 3 stages)
 460 for 128 weights a thread (723 plain), 238 registers, no spills.
@@ -78,7 +79,7 @@ passed the float64 gate), on 4096 → 14336, 14336 → 4096 and 8192 → 28672 l
 kernel; M = 4 1.56–1.75×; M = 16 1.48–1.76× ``F.linear`` and 2.5–3.7× PyTorch's int4 kernel; M = 64
 0.85–0.91×; M = 4096 0.59–0.68× cuBLAS, where dequantising to memory and then ``F.linear`` (1.04–1.15×
 cuBLAS's time) is faster than this fused kernel. A read-only Triton kernel streaming the same packed words
-(``.dev/w4_probe4.py``) took 40 µs on the largest layer under the same flush (2.9 TB/s, 74% of the copy
+(a one-off probe, not shipped) took 40 µs on the largest layer under the same flush (2.9 TB/s, 74% of the copy
 figure), this kernel 74 µs: bound by issue and latency, not by the bytes.
 
 Layers, top to bottom: the ``@triton.jit`` kernels and helpers; the weight formats and quantisers;
@@ -866,7 +867,7 @@ def choose_config(
 
     On a GPU, the row of ``W4_GPU_TABLE`` (``W8_GPU_TABLE`` for ``bits=8``) for the smallest M bound
     ≥ m, with the split count worked out from the grid. The int4 rows come from H200 sweeps (bf16, group
-    128, 14336 × 4096, 28672 × 8192 and 4096 × 14336; ``.dev/w4_probe3.py`` and ``w4_probe4.py``):
+    128, 14336 × 4096, 28672 × 8192 and 4096 × 14336; two one-off sweeps of 462 timed points, not shipped):
     - M ≤ 16 (decode, bound by reading the weights): the swapped tensor-core kernel with the scale after
       the product (``scale_after``), 128 output channels × 128 inputs per step, 4 warps, 4 stages, split-K
       to about 4 programs per SM; x's ≤ 16 rows are the 16-wide N side of wgmma m64n16k16. It beat the
