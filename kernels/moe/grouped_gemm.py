@@ -29,10 +29,10 @@ of three MoE shapes): the kernel
 alone was 20–25% faster than torch._grouped_mm's CUTLASS kernel at 256 tokens and 25–45% slower at 4096
 (A re-read from HBM once per N tile), and building the tile map with torch ops cost 320–460 µs of host
 time per call. The current version in the shipped H200 run (reports/reference/h200/ops.csv, gate
-projection, timed with the harness's GPU-side wait, which hides host time): 1.19–1.29× torch._grouped_mm
-at 256 tokens, 0.94–1.00× at 4096 on the DeepSeek- and Qwen-like shapes, 0.84× on the Mixtral-like one
+projection, timed with the harness's GPU-side wait, which hides host time): 1.22–1.28× torch._grouped_mm
+at 256 tokens, 0.94–1.00× at 4096 on the DeepSeek- and Qwen-like shapes, 0.80× on the Mixtral-like one
 (K = 4096, N = 14336), where CUTLASS's persistent TMA kernel keeps its lead. (Timed before the wait, with
-torch._grouped_mm's host time partly inside the interval: 1.02–1.05× and 0.80× at 4096.)
+torch._grouped_mm's host time partly inside the interval: 1.02–1.05× at 4096 on those shapes.)
 
 Layers, top to bottom: the ``@triton.jit`` kernel; configuration; the launcher checks; the public
 function ``grouped_gemm`` (allocation, grid, launch).

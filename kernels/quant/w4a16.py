@@ -74,10 +74,10 @@ weight; 609 in the plain-Triton form), 126 registers; the GEMM config (128 × 25
 460 for 128 weights a thread (723 plain), 238 registers, no spills.
 
 Measured on an H200, shipped run (reports/reference/h200/ops.csv, bf16, group 128, asymmetric; every point
-passed the float64 gate), on 4096 → 14336, 14336 → 4096 and 8192 → 28672 layers: M = 1 1.55–1.71×
-``F.linear`` (1.1–1.7 TB/s on the packed bytes, 37–42% of the copy figure), 0.82–0.89× PyTorch's int4
-kernel; M = 4 1.56–1.75×; M = 16 1.48–1.76× ``F.linear`` and 2.5–3.7× PyTorch's int4 kernel; M = 64
-0.85–0.91×; M = 4096 0.59–0.68× cuBLAS, where dequantising to memory and then ``F.linear`` (1.04–1.15×
+passed the float64 gate), on 4096 → 14336, 14336 → 4096 and 8192 → 28672 layers: M = 1 1.57–1.75×
+``F.linear`` (1.2–1.7 TB/s on the packed bytes, 38–43% of the copy figure), 0.84–0.92× PyTorch's int4
+kernel; M = 4 1.56–1.80×; M = 16 1.44–1.71× ``F.linear`` and 2.5–3.8× PyTorch's int4 kernel; M = 64
+0.85–0.93×; M = 4096 0.60–0.64× cuBLAS, where dequantising to memory and then ``F.linear`` (1.09–1.14×
 cuBLAS's time) is faster than this fused kernel. A read-only Triton kernel streaming the same packed words
 (a one-off probe, not shipped) took 40 µs on the largest layer under the same flush (2.9 TB/s, 74% of the copy
 figure), this kernel 74 µs: bound by issue and latency, not by the bytes.
