@@ -33,6 +33,7 @@ BASELINE = "naive"
 # One fixed colour and marker per implementation, so an impl looks the same in every figure and
 # on every GPU. Markers differ too, so the lines stay apart in greyscale and for colour-blind readers.
 PALETTE = {
+    "ours-fa3": "#ff7f0e",
     "ours-fa2": "#d62728",
     "naive": "#7f7f7f",
     "sdpa-math": "#8c564b",
@@ -41,6 +42,7 @@ PALETTE = {
     "sdpa-cudnn": "#9467bd",
 }
 MARKERS = {
+    "ours-fa3": "*",
     "ours-fa2": "o",
     "naive": "s",
     "sdpa-math": "v",
@@ -176,8 +178,8 @@ def _colour(impl: str, order: list[str]) -> str:
 
 def _line_style(impl: str, order: list[str]) -> dict:
     style = {"color": _colour(impl, order), "marker": MARKERS.get(impl, "o")}
-    if impl == OURS:
-        style.update(linewidth=2.8, markersize=7, zorder=5)
+    if impl in (OURS, "ours-fa3"):
+        style.update(linewidth=2.8, markersize=7 if impl == OURS else 9, zorder=5)
     else:
         style.update(linewidth=1.4, markersize=4.5, zorder=3, alpha=0.9)
     return style
@@ -536,6 +538,7 @@ SECTIONS = {
     "varlen": "Variable-length batches",
     "fp8-speed": "FP8 attention: speed",
     "fp8-accuracy": "FP8 attention: accuracy",
+    "fa3-ablation": "FlashAttention-3 ablation",
     "traffic": "HBM traffic",
     "quant": "W4A16 / W8A16 linear layers",
     "moe": "Mixture-of-experts layers",
@@ -635,11 +638,11 @@ def render_all(df: pd.DataFrame, out_dir, registry: dict | None = None, table_so
 
 # The figures of the other attention experiments, in analysis/attention_figures.py (which uses the helpers
 # above, so it is imported when a figure is drawn rather than here).
-def _deferred(name: str):
+def _deferred(name: str, module: str = "attention_figures"):
     def draw(df: pd.DataFrame, out_png) -> pd.DataFrame:
-        from analysis import attention_figures
+        import importlib
 
-        return getattr(attention_figures, name)(df, out_png)
+        return getattr(importlib.import_module(f"analysis.{module}"), name)(df, out_png)
 
     draw.__name__ = draw.__qualname__ = name
     return draw
@@ -655,5 +658,7 @@ FIGURES.update(
         "varlen_padding": (_deferred("varlen_padding"), "varlen_padding.rst", "varlen"),
         "fp8_speed": (_deferred("fp8_speed"), "fp8_speed.rst", "fp8-speed"),
         "fp8_accuracy": (_deferred("fp8_accuracy"), "fp8_accuracy.rst", "fp8-accuracy"),
+        "fa3_ladder": (_deferred("fa3_ladder", "fa3_figures"), "fa3_ladder.rst", "fa2-setting"),
+        "fa3_ablation": (_deferred("fa3_ablation", "fa3_figures"), "fa3_ablation.rst", "fa3-ablation"),
     }
 )

@@ -5,7 +5,8 @@ lengths and implementations; ``run(spec)`` measures every (N, implementation) po
 harness and returns one row per point, whatever happened to it. The experiments and their shapes:
 
 - ``fa2-setting`` (FlashAttention-2 paper): batch × seqlen = ``tokens`` (16384), heads = ``hidden`` /
-  head_dim (2048 / d), so every point does the same work per token; forward, backward and both.
+  head_dim (2048 / d), so every point does the same work per token; forward, backward and both. Our
+  FlashAttention-3 forward (``ours-fa3``, Hopper only) is measured here too, beside FA-2 and FA-1.
 - ``fa1-setting`` (FlashAttention-1 paper, Figure 3): fixed ``batch`` × ``heads`` (8 × 12), d = 64, N
   grows past the point where naive attention runs out of memory; speed-up and memory saving over naive.
 - ``gain-surface``: ours against naive over N × d at batch × seqlen = ``tokens`` and fixed ``heads``:
@@ -23,6 +24,8 @@ harness and returns one row per point, whatever happened to it. The experiments 
   ``analysis.models.attention_io_bytes``; copy-kv: the bytes read and written) and ``gbps``.
 - ``varlen``: one batch of sequences of different lengths (``seqlens`` lists them), packed with
   cu_seqlens against the same batch padded to its longest sequence (``analysis.experiments.varlen``).
+- ``fa3-ablation``: the FA-3 kernel with each of its techniques switched off in turn
+  (``ours-fa3-no-warp-specialize``, ``-no-pingpong``, ``-no-overlap``, ``-no-tma``), FA-2 setting shapes.
 - ``interpreter-check``: tiny, odd shapes run through Triton's interpreter on the CPU to check the
   kernel's output; nothing is timed (``timed`` is False in those rows).
 
@@ -54,6 +57,7 @@ from analysis.experiments.spec import (
     DENSE_IMPLS,
     EXPERIMENT_IMPLS,
     EXPERIMENTS,
+    FA3_IMPLS,
     FORWARD_ONLY,
     IMPLS,
     MODES,
@@ -95,6 +99,11 @@ def implementation(name: str, config: str | None = None) -> Callable:
         from kernels.attention import fa1
 
         return lambda q, k, v, causal: fa1.attention(q, k, v, causal=causal)
+    if name in FA3_IMPLS:
+        from kernels.attention import fa3
+
+        schedule = "fa3" if name == "ours-fa3" else name.removeprefix("ours-fa3-")
+        return lambda q, k, v, causal: fa3.forward(q, k, v, causal, schedule=schedule)[0]
     if name in ("ours-decode", "ours-decode-unsplit"):
         from kernels.attention import decode
 
@@ -127,6 +136,12 @@ def _kernel_config(name: str, mode: str, config: str | None, q: torch.Tensor, k:
         from kernels.attention import fa1
 
         return "BLOCK_R={},BLOCK_C={}".format(*fa1.DEFAULT_BLOCKS)
+    if name in FA3_IMPLS:
+        from kernels.attention import fa3
+
+        tiles, schedule = fa3.last_config()
+        switches = ",".join(f"{f.name}={int(getattr(schedule, f.name))}" for f in dataclasses.fields(schedule))
+        return f"{tiles},{switches}"
     if name == "ours-decode":
         from kernels.attention import decode
 

@@ -19,7 +19,7 @@ real cost is in each shard's log.
 
 from __future__ import annotations
 
-from analysis.experiments.spec import Spec
+from analysis.experiments.spec import FA3_IMPLS, Spec
 from analysis.flops import attention_flops
 
 MODE_SLUG = {"fwd": "", "bwd": "_bwd", "fwd+bwd": "_fwdbwd"}
@@ -36,11 +36,14 @@ NOMINAL_TFLOPS = {
     "sdpa-efficient": 170,
     "copy-kv": 1e9,
     **{f"ours-fp8-{g}": 600 for g in ("none", "tensor", "head", "block")},
+    **{impl: 550 for impl in FA3_IMPLS},
 }
 # Compiling a kernel specialisation (dtype, head dim, mask, even/uneven tails) the first time, with an empty
 # Triton cache: the tuned forward compiles its seven candidates (the shipped run's first points took 5-14 s
 # where the cache was cold), a fixed-configuration kernel one or two. Paid once per specialisation per run.
-COMPILE_S = {"tuned": 6.0, "fixed": 1.5}
+# gluon: an FA-3 variant (TMA handles the tails, so N needs no variant of its own; 1.2-4.8 s, median 3.5, when the
+# H200 machine compiled 33 of them)
+COMPILE_S = {"tuned": 6.0, "fixed": 1.5, "gluon": 3.5}
 # Materialising implementations: N×N tensors alive at the peak (forward; doubled with gradients). Beyond
 # the memory of an H200 such a point fails at once ("oom") and costs only its setup.
 MATERIALISED = {"naive": 2, "sdpa-math": 4}
@@ -135,6 +138,13 @@ def attention_shards(att: dict) -> dict[str, dict]:
                 add(shard_name("fp8-speed", f8["dtype"], d, causal), experiment="fp8-speed", dtype=f8["dtype"],
                     head_dim=d, causal=causal, seqlens=f8["seqlens"], impls=f8["impls"], tokens=f8["tokens"],
                     hidden=f8["hidden"], **_timing(att, f8))  # fmt: skip
+    abl = att["fa3_ablation"]
+    if abl["enabled"]:
+        for d in abl["head_dims"]:
+            for causal in abl["causal"]:
+                add(shard_name("fa3-ablation", abl["dtype"], d, causal), experiment="fa3-ablation", dtype=abl["dtype"],
+                    head_dim=d, causal=causal, seqlens=abl["seqlens"], impls=abl["impls"], tokens=abl["tokens"],
+                    hidden=abl["hidden"], **_timing(att, abl))  # fmt: skip
     acc = att["fp8_accuracy"]
     if acc["enabled"]:  # nothing is timed: no warm-up, no repetitions
         for inputs in acc["inputs"]:
@@ -193,7 +203,9 @@ def compile_keys(fields: dict) -> set[tuple]:
             if not impl.startswith("ours"):
                 continue
             kernel = "ours-fa2" if impl == "ours-fa2-padded" else impl
-            if cfg is not None:
+            if impl in FA3_IMPLS:
+                keys.add(("gluon", kernel, *setting[:3]))
+            elif cfg is not None:
                 keys.add(("fixed", kernel, cfg, *setting))
             else:
                 keys.add(("tuned" if impl in TUNED else "fixed", kernel, "fwd", *setting))

@@ -19,10 +19,14 @@ VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
 FP8_GRANULARITIES = ("none", "tensor", "head", "block")
 FP8_IMPLS = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
 CEILING_IMPLS = ("fp8-mm", "bf16-mm")
-IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_IMPLS + VARLEN_IMPLS + FP8_IMPLS + CEILING_IMPLS
+# FlashAttention-3 (kernels/attention/fa3.py, Gluon, sm_90): ours-fa3 is its full schedule; ours-fa3-<name>
+# the same kernel with one technique switched off (the names of fa3.SCHEDULES; a test keeps them equal).
+FA3_ABLATIONS = ("no-warp-specialize", "no-pingpong", "no-overlap", "no-tma")
+FA3_IMPLS = ("ours-fa3",) + tuple(f"ours-fa3-{a}" for a in FA3_ABLATIONS)
+IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_IMPLS + VARLEN_IMPLS + FP8_IMPLS + CEILING_IMPLS + FA3_IMPLS
 # Which implementations each experiment can run, and in which modes.
 EXPERIMENT_IMPLS = {
-    "fa2-setting": DENSE_IMPLS,
+    "fa2-setting": ("ours-fa3",) + DENSE_IMPLS,
     "fa1-setting": DENSE_IMPLS,
     "gain-surface": DENSE_IMPLS,
     "block-sweep": ("ours-fa2",),
@@ -32,6 +36,7 @@ EXPERIMENT_IMPLS = {
     "varlen": VARLEN_IMPLS,
     "fp8-speed": FP8_IMPLS + DENSE_IMPLS + CEILING_IMPLS,
     "fp8-accuracy": FP8_IMPLS + DENSE_IMPLS,
+    "fa3-ablation": FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
     "interpreter-check": DENSE_IMPLS,
 }
 # The input distributions of fp8-accuracy: N(0,1); FlashAttention-3's outlier setting, N(0,1) plus N(0,100)
@@ -40,7 +45,8 @@ EXPERIMENT_IMPLS = {
 INPUTS = ("normal", "outliers", "large", "small")
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
 MODES = ("fwd", "bwd", "fwd+bwd")
-FORWARD_ONLY = ("block-sweep", "rescale-ablation", "decode", "interpreter-check", "fp8-speed", "fp8-accuracy")
+FORWARD_ONLY = ("block-sweep", "rescale-ablation", "decode", "interpreter-check", "fp8-speed", "fp8-accuracy",
+                "fa3-ablation")  # fmt: skip
 DTYPE_NAMES = ("float16", "bfloat16", "float32")
 # The harness's defaults (analysis.harness.DEFAULT_WARMUP_MS / DEFAULT_REP_MS; a test keeps them equal).
 DEFAULT_WARMUP_MS = 25
@@ -114,7 +120,7 @@ class Spec:
         """(batch, heads, seqlen_q, seqlen_k) of the index-th point."""
         n = self.seqlens[index]
         nk = self.seqlen_k[index] if self.seqlen_k else n
-        if self.experiment in ("fa2-setting", "rescale-ablation", "fp8-speed"):
+        if self.experiment in ("fa2-setting", "rescale-ablation", "fp8-speed", "fa3-ablation"):
             if self.hidden % self.head_dim:
                 raise ValueError(f"hidden {self.hidden} is not a multiple of head_dim {self.head_dim}")
             return max(1, self.tokens // n), self.hidden // self.head_dim, n, nk

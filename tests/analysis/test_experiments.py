@@ -376,7 +376,7 @@ def test_block_sweep_reuses_the_traffic_configs_unless_given():
 def test_disabled_experiments_make_no_shards():
     off = {k: {"enabled": False} for k in ("fa1_setting", "gain_surface", "block_sweep", "rescale_ablation",
                                           "decode", "varlen", "memory", "fa2_setting", "fp8_speed",
-                                          "fp8_accuracy")}  # fmt: skip
+                                          "fp8_accuracy", "fa3_ablation")}  # fmt: skip
     assert grid.attention_shards(_att(**off)) == {}
 
 

@@ -40,12 +40,12 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
-    assert counts["attention_benchmark"] == len(shards) == 32
+    assert counts["attention_benchmark"] == len(shards) == 33
     assert _planned_shards(r.stdout) == set(shards)
     per_experiment = Counter(f["experiment"] for f in shards.values())
     assert per_experiment == {"fa2-setting": 9, "fa1-setting": 1, "gain-surface": 4, "block-sweep": 1,
                               "rescale-ablation": 1, "memory": 2, "decode": 2, "varlen": 2, "fp8-speed": 2,
-                              "fp8-accuracy": 8}  # fmt: skip
+                              "fp8-accuracy": 8, "fa3-ablation": 1}  # fmt: skip
     # the forward shards keep the names they had before modes existed (their results are reused)
     assert {"fa2-setting_float16_d128_full", "memory_float16_d128_full"} <= set(shards)
     assert {"fa2-setting_bfloat16_d128_causal_bwd", "memory_float16_d128_full_fwdbwd",
@@ -61,7 +61,7 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
                   f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     shards = grid.attention_shards(grid.load_config([CONFIG, full])["attention"])
-    assert job_counts(r.stdout)["attention_benchmark"] == len(shards) == 81
+    assert job_counts(r.stdout)["attention_benchmark"] == len(shards) == 87
     assert _planned_shards(r.stdout) == set(shards)
     assert "decode_float16_d128_full_hkv16_q16" in shards and "fa1-setting_float16_d64_full" in shards
     fp8_speed = [f for f in shards.values() if f["experiment"] == "fp8-speed"]

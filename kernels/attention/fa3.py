@@ -1,0 +1,401 @@
+"""FlashAttention-3's forward for Hopper GPUs (sm_90), written in Gluon; its backward is FA-2's.
+
+What it is: the FA-2 algorithm (online softmax over K/V tiles, lazy rescaling, the row logsumexp saved for
+a backward pass) on FlashAttention-3's schedule: a producer warp issuing TMA loads into a ring of
+mbarrier-guarded shared-memory buffers, two consumer warpgroups of 64 query rows each running WGMMA and the
+softmax, registers moved to the consumers (``setmaxnreg``), ping-pong between the consumers and, inside
+each, the softmax of tile j overlapped with the P V product of tile j-1. Each technique has a switch
+(``Schedule``); "off" is the plainer schedule of the same kernel, so an ablation measures one kernel.
+
+Handles: float16 and bfloat16; head dims 64, 128 and 256; causal masks aligned bottom-right; Nq ≠ Nk and any
+sequence length (TMA zero-fills rows past the end, which are then masked); grouped-query / multi-query K/V
+heads; any strides (tensors whose strides TMA cannot describe are copied to contiguous ones first).
+Returns O and the logsumexp as ``fa2.forward`` does; ``attention`` is differentiable through FA-2's
+backward. Does not handle: other head dims or float32 (``fa2`` does), GPUs other than sm_90, Triton's
+interpreter (Gluon does not run there), dropout, varlen, an FP8 path (``fp8.py``).
+
+Tested: compiled for sm_90 on the CPU for every head dim and schedule, with the SASS checked for the
+design's instructions (tests/kernels/test_fa3_compile.py); on an H200 against float64 on odd shapes,
+every schedule, and the backward through it (tests/kernels/test_fa3.py). Layers: configuration and
+schedules; checks; the launcher; the ``autograd.Function``; the public ``attention``. The kernel is in
+``fa3_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import triton
+
+from kernels._runtime import INTERPRET, compute_capability, device_guard, softmax_scale
+from kernels.attention import fa2
+
+__all__ = [
+    "FA3Config",
+    "Schedule",
+    "SCHEDULES",
+    "HEAD_DIMS",
+    "attention",
+    "forward",
+    "default_config",
+    "last_config",
+    "kernel_specialisation",
+]
+
+HEAD_DIMS = (64, 128, 256)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+REQUIRED_CAPABILITY = (9, 0)
+_LOG2E = 1.4426950408889634
+_ROWS_PER_CONSUMER = 64  # one warpgroup's wgmma tile is 64 rows high
+_REGISTERS_PER_SM = 65536
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Which of FlashAttention-3's techniques the kernel uses; each off is the plainer schedule.
+
+    ``warp_specialize``: a producer partition issues the loads and consumer warpgroups compute (off: one
+    partition of 4·consumers warps issues its own TMA loads a ring ahead). ``pingpong``: the two consumers
+    take turns issuing their GEMMs, so one's softmax overlaps the other's GEMMs. ``overlap``: inside a
+    consumer, the softmax of tile j overlaps the P V product of tile j-1. ``tma``: the producer loads with
+    the Tensor Memory Accelerator (off: a producer warpgroup of per-thread ``cp.async`` copies).
+    """
+
+    warp_specialize: bool = True
+    pingpong: bool = True
+    overlap: bool = True
+    tma: bool = True
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            if not isinstance(getattr(self, f.name), bool):
+                raise TypeError(f"Schedule.{f.name} must be a bool, got {getattr(self, f.name)!r}")
+        if not self.warp_specialize and (self.pingpong or not self.tma):
+            raise ValueError("without warp specialisation there is no producer: pingpong=False and tma=True")
+
+
+# The ablation: FA-3's schedule, then each technique switched off in turn.
+SCHEDULES = {
+    "fa3": Schedule(),
+    "no-warp-specialize": Schedule(warp_specialize=False, pingpong=False),
+    "no-pingpong": Schedule(pingpong=False),
+    "no-overlap": Schedule(overlap=False),
+    "no-tma": Schedule(tma=False),
+}
+
+CONFIG_ENV = "KERNELS_FA3_CONFIG"
+
+
+@dataclasses.dataclass(frozen=True)
+class FA3Config:
+    """Tiles: ``block_n`` keys per K/V tile, ``num_stages`` ring slots, ``num_consumers`` warpgroups of
+    64 query rows (a CTA owns 64 · num_consumers rows)."""
+
+    block_n: int
+    num_stages: int
+    num_consumers: int = 2
+
+    def __post_init__(self):
+        for name in ("block_n", "num_stages", "num_consumers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"FA3Config.{name} must be an int, got {value!r}")
+        if self.block_n not in (16, 32, 64, 128, 256):
+            raise ValueError(f"FA3Config.block_n must be a power of two from 16 to 256, got {self.block_n}")
+        if not 1 <= self.num_stages <= 8:
+            raise ValueError(f"FA3Config.num_stages must be 1 to 8, got {self.num_stages}")
+        if self.num_consumers not in (1, 2):
+            raise ValueError(f"FA3Config.num_consumers must be 1 or 2, got {self.num_consumers}")
+
+    @property
+    def cta_rows(self) -> int:
+        return _ROWS_PER_CONSUMER * self.num_consumers
+
+    def __str__(self) -> str:
+        return f"BLOCK_N={self.block_n},num_stages={self.num_stages},num_consumers={self.num_consumers}"
+
+    @classmethod
+    def parse(cls, text: str) -> FA3Config:
+        """Parse ``BLOCK_N=128,num_stages=2,num_consumers=2`` (the form ``str`` prints)."""
+        fields = {"BLOCK_N": "block_n", "num_stages": "num_stages", "num_consumers": "num_consumers"}
+        values = {}
+        for part in text.split(","):
+            name, _, value = part.strip().partition("=")
+            if name not in fields or not value.strip().isdigit():
+                raise ValueError(f"cannot parse FA-3 config {text!r}: expected {str(cls(128, 2))!r}")
+            values[fields[name]] = int(value)
+        if not {"block_n", "num_stages"} <= set(values):
+            raise ValueError(f"FA-3 config {text!r} must set BLOCK_N and num_stages")
+        return cls(**values)
+
+
+# Tiles per head dim: the K/V ring has to fit in shared memory beside the CTA's Q tile, and S (64 × block_n)
+# beside O (64 × d) in a consumer's registers.
+_DEFAULT_TILES = {64: FA3Config(128, 3), 128: FA3Config(128, 2), 256: FA3Config(64, 2)}
+
+
+def default_config(head_dim: int) -> FA3Config:
+    """The tiles used when none is pinned (``config=`` or ``KERNELS_FA3_CONFIG``)."""
+    _check_head_dim(head_dim)
+    return _DEFAULT_TILES[head_dim]
+
+
+def _config_in_effect(head_dim: int, config: FA3Config | None) -> FA3Config:
+    if config is not None:
+        if not isinstance(config, FA3Config):
+            raise TypeError(f"config must be an FA3Config, got {type(config).__name__}")
+        return config
+    pinned = os.environ.get(CONFIG_ENV, "").strip()
+    return FA3Config.parse(pinned) if pinned else default_config(head_dim)
+
+
+_LAST_CONFIG: list[tuple[FA3Config, Schedule] | None] = [None]
+
+
+def last_config() -> tuple[FA3Config, Schedule] | None:
+    """The (tiles, schedule) of the most recent ``forward``."""
+    return _LAST_CONFIG[0]
+
+
+def kernel_specialisation(config: FA3Config, schedule: Schedule, head_dim: int, causal: bool) -> tuple[dict, dict]:
+    """(constexprs, launch options) of one kernel variant: what ``forward`` launches, and what the compile
+    tests build for sm_90 without a GPU.
+
+    Registers: with warp specialisation the CTA is the producer warpgroup (4 warps; with TMA one thread
+    issues the copies) and the consumer warpgroups, launched at the register cap that lets one CTA fill an
+    SM; ``setmaxnreg`` then hands the producer's share to the consumers (24 per producer thread with TMA,
+    FA-3's split; a per-thread copy producer keeps 56 for its addresses)."""
+    consumers = config.num_consumers if schedule.warp_specialize else 1
+    warps = 4 * (1 + config.num_consumers) if schedule.warp_specialize else 4 * config.num_consumers
+    cap = min(255, _REGISTERS_PER_SM // (32 * warps)) // 8 * 8
+    producer_regs = 24 if schedule.tma else 56
+    consumer_regs = min(240, (cap * (1 + consumers) - producer_regs) // consumers // 8 * 8)
+    constexprs = dict(
+        BLOCK_M=_ROWS_PER_CONSUMER, BLOCK_N=config.block_n, NUM_CONSUMERS=config.num_consumers,
+        NUM_STAGES=config.num_stages, IS_CAUSAL=bool(causal), WARP_SPECIALIZE=schedule.warp_specialize,
+        PINGPONG=schedule.pingpong and config.num_consumers == 2, OVERLAP=schedule.overlap, USE_TMA=schedule.tma,
+        CONSUMER_REGS=consumer_regs,
+    )  # fmt: skip
+    options = dict(num_warps=4, maxnreg=cap) if schedule.warp_specialize else dict(num_warps=warps)
+    return constexprs, options
+
+
+# ---------------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------------
+
+
+def _check_head_dim(head_dim: int) -> None:
+    if head_dim not in HEAD_DIMS:
+        raise NotImplementedError(
+            f"head_dim {head_dim} is not supported by the FA-3 kernel (it handles {', '.join(map(str, HEAD_DIMS))}); "
+            "kernels.attention.fa2 handles every head dim from 1 to 256"
+        )
+
+
+def _check_inputs(q, k, v, causal) -> None:
+    fa2._check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=SUPPORTED_DTYPES,
+                       dtype_note="the FA-3 kernel supports float16 and bfloat16 (fa2 also runs float32)")  # fmt: skip
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    _check_head_dim(q.shape[-1])
+    if INTERPRET or q.device.type != "cuda":
+        raise RuntimeError(
+            "the FA-3 kernel is written in Gluon, which Triton's interpreter does not run: it needs a CUDA GPU "
+            "of compute capability 9.0 (Hopper); kernels.attention.fa2 runs in the interpreter"
+        )
+    cap = compute_capability(q.device)
+    if cap[0] != REQUIRED_CAPABILITY[0]:
+        raise RuntimeError(
+            f"the FA-3 kernel needs a Hopper GPU (compute capability 9.0, for TMA, WGMMA and setmaxnreg); "
+            f"{torch.cuda.get_device_name(q.device)} has {cap[0]}.{cap[1]}: use kernels.attention.fa2"
+        )
+
+
+def _schedule(schedule: Schedule | str) -> Schedule:
+    if isinstance(schedule, str):
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be a Schedule or one of {sorted(SCHEDULES)}, got {schedule!r}")
+        return SCHEDULES[schedule]
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule or a name in SCHEDULES, got {type(schedule).__name__}")
+    return schedule
+
+
+def _tma_ready(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """The tensor and strides to describe to TMA: the last dim contiguous, the base and every other stride
+    a positive multiple of 16 bytes (strides of size-1 dims do not matter and are replaced); otherwise a
+    contiguous copy."""
+    elem = t.element_size()
+    strides = list(t.stride())
+    for i in range(t.dim() - 2, -1, -1):
+        if t.shape[i] == 1:
+            strides[i] = strides[i + 1] * t.shape[i + 1]
+    ok = strides[-1] == 1 and t.data_ptr() % 16 == 0
+    ok = ok and all(s > 0 and (s * elem) % 16 == 0 for s in strides[:-1])
+    if ok:
+        return t, strides
+    t = t.contiguous()
+    return t, list(t.stride())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------------
+
+
+def _gl_dtype(dtype: torch.dtype):
+    from triton.experimental.gluon import language as gl
+
+    return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[dtype]
+
+
+def _descriptor(t: torch.Tensor, rows: int):
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    t, strides = _tma_ready(t)
+    block = [1, 1, rows, t.shape[-1]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(t.dtype))
+    return t, TensorDescriptor(t, list(t.shape), strides, block, layout)
+
+
+def forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    config: FA3Config | None = None,
+    schedule: Schedule | str = "fa3",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel. Returns ``(out [B, H, Nq, d], lse [B, H, Nq] float32)``, as ``fa2.forward``.
+
+    ``config`` pins the tiles (as does ``KERNELS_FA3_CONFIG``); ``schedule`` is a ``Schedule`` or a name of
+    ``SCHEDULES`` (the ablation's variants). ``last_config()`` reports what ran.
+    """
+    from kernels.attention.fa3_kernels import _fa3_fwd_kernel
+
+    schedule = _schedule(schedule)
+    _check_inputs(q, k, v, causal)
+    b, h, seqlen_q, d = q.shape
+    seqlen_k = k.shape[2]
+    sm_scale = softmax_scale(d, sm_scale)
+    config = _config_in_effect(d, config)
+    _LAST_CONFIG[0] = (config, schedule)
+    out = torch.empty((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)
+    lse = torch.empty((b, h, seqlen_q), device=q.device, dtype=torch.float32)
+    if out.numel() == 0 or seqlen_k == 0:  # nothing to compute, or no keys: every row sees nothing
+        lse.fill_(float("-inf"))
+        return out.zero_(), lse
+    constexprs, options = kernel_specialisation(config, schedule, d, causal)
+    rows = _ROWS_PER_CONSUMER if schedule.warp_specialize else config.cta_rows
+    q, q_desc = _descriptor(q, rows)
+    k, k_desc = _descriptor(k, config.block_n)
+    v, v_desc = _descriptor(v, config.block_n)
+    _, o_desc = _descriptor(out, rows)
+    grid = (triton.cdiv(seqlen_q, config.cta_rows), b * h)
+    with device_guard(q):
+        _fa3_fwd_kernel[grid](
+            q_desc, k_desc, v_desc, o_desc, q, k, v, lse,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            seqlen_q, seqlen_k, h, h // k.shape[1], sm_scale * _LOG2E,
+            **constexprs, **options,
+        )  # fmt: skip
+    return out, lse
+
+
+def compile_sm90(head_dim: int, dtype: torch.dtype, causal: bool, config: FA3Config | None = None,
+                 schedule: Schedule | str = "fa3", capability: int = 90):  # fmt: skip
+    """Compile one kernel variant for sm_90 without a GPU (Triton's ``GPUTarget``); returns Triton's
+    ``CompiledKernel`` (``.asm["ptx"]``, ``["cubin"]``, ``.metadata``) with the signature a launch on
+    16-byte-aligned contiguous inputs specialises to. For the compile tests and the SASS audit."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from kernels.attention.fa3_kernels import _fa3_fwd_kernel as fn
+
+    _check_head_dim(head_dim)
+    schedule = _schedule(schedule)
+    config = config or default_config(head_dim)
+    constexprs, options = kernel_specialisation(config, schedule, head_dim, causal)
+    name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    rows = _ROWS_PER_CONSUMER if schedule.warp_specialize else config.cta_rows
+
+    def desc(r):
+        layout = gl.NVMMASharedLayout.get_default_for([1, 1, r, head_dim], _gl_dtype(dtype))
+        return f"tensordesc<{name}[1,1,{r},{head_dim}],{layout!r}>"
+
+    kinds = {"q_desc": desc(rows), "o_desc": desc(rows), "k_desc": desc(config.block_n),
+             "v_desc": desc(config.block_n), "q_ptr": f"*{name}", "k_ptr": f"*{name}", "v_ptr": f"*{name}",
+             "lse_ptr": "*fp32", "qk_scale": "fp32"}  # fmt: skip
+    signature, bound, attrs = {}, {}, {}
+    for i, arg in enumerate(fn.arg_names):
+        if arg in constexprs:
+            signature[arg], bound[(i,)] = "constexpr", constexprs[arg]
+            continue
+        signature[arg] = kinds.get(arg, "i32")
+        if signature[arg].startswith("*") or arg.startswith("stride_"):
+            attrs[(i,)] = [["tt.divisibility", 16]]  # aligned bases, strides in whole 16-element rows
+    source = GluonASTSource(fn, signature, bound, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+
+
+class _FlashAttention3(torch.autograd.Function):
+    """Forward with the FA-3 kernel; backward with FA-2's, which recomputes P from the same logsumexp."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale, schedule):
+        out, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale, schedule=schedule)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = fa2.backward(grad_out, q, k, v, out, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public function
+# ---------------------------------------------------------------------------------------------------
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    schedule: Schedule | str = "fa3",
+) -> torch.Tensor:
+    """FlashAttention-3 forward: ``softmax(q kᵀ · sm_scale [+ causal mask]) v`` on a Hopper GPU.
+
+    Args:
+        q: ``[B, H, Nq, d]``; k, v: ``[B, H_kv, Nk, d]`` with H_kv dividing H; float16 or bfloat16, on an
+            sm_90 GPU; d in 64, 128, 256. Any strides.
+        causal: mask keys after the query, aligned to the bottom-right corner when Nq ≠ Nk.
+        sm_scale: score scale, default ``1/sqrt(d)``.
+        schedule: a ``Schedule`` or a name in ``SCHEDULES``; the default is FA-3's full schedule.
+
+    Returns: ``[B, H, Nq, d]`` in the input dtype. Differentiable (FA-2's deterministic backward).
+    Raises ``TypeError``/``ValueError`` for bad inputs (as ``fa2``), ``NotImplementedError`` for other head
+    dims and ``RuntimeError`` off Hopper or in the interpreter.
+    """
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
+        return _FlashAttention3.apply(q, k, v, causal, sm_scale, schedule)
+    out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale, schedule=schedule)
+    return out
