@@ -21,6 +21,7 @@ include: "workflow/rules/environment.smk"
 include: "workflow/rules/attention.smk"
 include: "workflow/rules/traffic.smk"
 include: "workflow/rules/ops.smk"
+include: "workflow/rules/compiled.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/report.smk"
 

@@ -151,16 +151,31 @@ def run_audit(
     out_csv: str | Path,
     traffic_files: dict[str, str | Path] | None = None,
     ops_files: dict[str, str | Path] | None = None,
+    compiled_file: str | Path | None = None,
 ) -> pd.DataFrame:
-    """Evaluate every claim of the registry against the models and each GPU's tables; write the verdicts."""
+    """Evaluate every claim of the registry against the models and each GPU's tables (and the compiled-kernel
+    table, GPU-independent); write the verdicts."""
     from analysis import audit
 
     claims = audit.load_registry()
-    verdicts = audit.audit(claims, audit.Context.from_files(table_files, traffic_files, ops_files))
+    ctx = audit.Context.from_files(table_files, traffic_files, ops_files, compiled_file)
+    verdicts = audit.audit(claims, ctx)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     verdicts.to_csv(out_csv, index=False)
     log.info("audited %d claims into %d verdict rows: %s", len(claims), len(verdicts), audit.summary(verdicts))
     return verdicts
+
+
+def run_compiled(section: dict, out_csv: str | Path, workers: int = 1) -> pd.DataFrame:
+    """Compile the kernel variants of the ``compiled`` config section and write one row each."""
+    from analysis.experiments import compiled
+
+    rows = compiled.run(section, workers=workers)
+    df = pd.DataFrame(rows)
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_csv, index=False)
+    log.info("compiled %d kernel variants (%d failed)", len(df), int((df["status"] != "ok").sum()))
+    return df
 
 
 def render_report(

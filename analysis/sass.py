@@ -92,6 +92,35 @@ def count(opcodes: collections.Counter, kind: str) -> int:
     return sum(opcodes.get(op, 0) for op in CLASSES[kind])
 
 
+def compile_kernel(fn, kinds: dict[str, str], constexprs: dict, capability: int, options: dict, gluon: bool = False):
+    """Compile a ``@triton.jit`` (or ``@gluon.jit``) function for ``sm_<capability>`` without a GPU.
+
+    ``kinds`` gives the signature type of the non-constexpr arguments that are not plain ints (``"*fp16"``,
+    ``"fp32"``, ``"tensordesc<...>"``); every other one is ``i32``. Pointers and ``stride_*`` arguments are
+    marked 16-divisible, as Triton specialises them for aligned contiguous tensors. Returns Triton's
+    ``CompiledKernel`` (``.asm["ptx"]``, ``.asm["cubin"]``, ``.metadata``).
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature, bound, attrs = {}, {}, {}
+    for i, arg in enumerate(fn.arg_names):
+        if arg in constexprs:
+            signature[arg], bound[(i,)] = "constexpr", constexprs[arg]
+            continue
+        signature[arg] = kinds.get(arg, "i32")
+        if signature[arg].startswith("*") or arg.startswith("stride_"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source = GluonASTSource(fn, signature, bound, attrs)
+    else:
+        source = ASTSource(fn=fn, signature=signature, constexprs=bound, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+
+
 def cuobjdump() -> str:
     """The ``cuobjdump`` of Triton's NVIDIA backend (or one on PATH)."""
     import triton
@@ -135,5 +164,6 @@ def summary(kernel: Kernel, dynamic_shared_bytes: int = 0) -> dict:
     row["load_loop_instructions"] = (loads[1] - loads[0]) if loads else 0
     row["load_loop_tma"] = count(ops, "tma")
     row["load_loop_thread_loads"] = count(ops, "thread_loads")
+    row["load_loop_spills"] = count(ops, "spills")
     row["setmaxnreg"] = "/".join(map(str, kernel.register_limits()))
     return row

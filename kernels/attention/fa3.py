@@ -42,6 +42,8 @@ __all__ = [
     "default_config",
     "last_config",
     "kernel_specialisation",
+    "q_tile_rows",
+    "schedule_of",
 ]
 
 HEAD_DIMS = (64, 128, 256)
@@ -164,18 +166,21 @@ def last_config() -> tuple[FA3Config, Schedule] | None:
     return _LAST_CONFIG[0]
 
 
-def kernel_specialisation(config: FA3Config, schedule: Schedule, head_dim: int, causal: bool) -> tuple[dict, dict]:
+def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool,
+                          producer_regs: int | None = None) -> tuple[dict, dict]:  # fmt: skip
     """(constexprs, launch options) of one kernel variant: what ``forward`` launches, and what the compile
-    tests build for sm_90 without a GPU.
+    tests and the compiled-kernel audit build for sm_90 without a GPU.
 
     Registers: with warp specialisation the CTA is the producer warpgroup (4 warps; with TMA one thread
     issues the copies) and the consumer warpgroups, launched at the register cap that lets one CTA fill an
-    SM; ``setmaxnreg`` then hands the producer's share to the consumers (24 per producer thread with TMA,
-    FA-3's split; a per-thread copy producer keeps 56 for its addresses)."""
+    SM; ``setmaxnreg`` then hands the producer's share to the consumers. ``producer_regs`` (per producer
+    thread) defaults to 24 with TMA (FA-3's split) and 56 for per-thread copies, which need addresses;
+    the consumers get the rest, at most 240."""
     consumers = config.num_consumers if schedule.warp_specialize else 1
     warps = 4 * (1 + config.num_consumers) if schedule.warp_specialize else 4 * config.num_consumers
     cap = min(255, _REGISTERS_PER_SM // (32 * warps)) // 8 * 8
-    producer_regs = 24 if schedule.tma else 56
+    if producer_regs is None:
+        producer_regs = 24 if schedule.tma else 56
     consumer_regs = min(240, (cap * (1 + consumers) - producer_regs) // consumers // 8 * 8)
     constexprs = dict(
         BLOCK_M=_ROWS_PER_CONSUMER, BLOCK_N=config.block_n, NUM_CONSUMERS=config.num_consumers,
@@ -190,6 +195,11 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, head_dim: int, 
 # ---------------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------------
+
+
+def q_tile_rows(config: FA3Config, schedule: Schedule) -> int:
+    """Rows of one TMA transfer of Q and of O: a consumer's with warp specialisation, else the CTA's."""
+    return _ROWS_PER_CONSUMER if schedule.warp_specialize else config.cta_rows
 
 
 def _check_head_dim(head_dim: int) -> None:
@@ -219,7 +229,8 @@ def _check_inputs(q, k, v, causal) -> None:
         )
 
 
-def _schedule(schedule: Schedule | str) -> Schedule:
+def schedule_of(schedule: Schedule | str) -> Schedule:
+    """A ``Schedule``, or the one a name of ``SCHEDULES`` stands for."""
     if isinstance(schedule, str):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be a Schedule or one of {sorted(SCHEDULES)}, got {schedule!r}")
@@ -251,7 +262,8 @@ def _tma_ready(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _gl_dtype(dtype: torch.dtype):
+def gl_dtype(dtype: torch.dtype):
+    """The Gluon dtype of a 16-bit torch dtype."""
     from triton.experimental.gluon import language as gl
 
     return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[dtype]
@@ -263,7 +275,7 @@ def _descriptor(t: torch.Tensor, rows: int):
 
     t, strides = _tma_ready(t)
     block = [1, 1, rows, t.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(t.dtype))
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype(t.dtype))
     return t, TensorDescriptor(t, list(t.shape), strides, block, layout)
 
 
@@ -284,7 +296,7 @@ def forward(
     """
     from kernels.attention.fa3_kernels import _fa3_fwd_kernel
 
-    schedule = _schedule(schedule)
+    schedule = schedule_of(schedule)
     _check_inputs(q, k, v, causal)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
@@ -296,8 +308,8 @@ def forward(
     if out.numel() == 0 or seqlen_k == 0:  # nothing to compute, or no keys: every row sees nothing
         lse.fill_(float("-inf"))
         return out.zero_(), lse
-    constexprs, options = kernel_specialisation(config, schedule, d, causal)
-    rows = _ROWS_PER_CONSUMER if schedule.warp_specialize else config.cta_rows
+    constexprs, options = kernel_specialisation(config, schedule, causal)
+    rows = q_tile_rows(config, schedule)
     q, q_desc = _descriptor(q, rows)
     k, k_desc = _descriptor(k, config.block_n)
     v, v_desc = _descriptor(v, config.block_n)
@@ -312,43 +324,6 @@ def forward(
             **constexprs, **options,
         )  # fmt: skip
     return out, lse
-
-
-def compile_sm90(head_dim: int, dtype: torch.dtype, causal: bool, config: FA3Config | None = None,
-                 schedule: Schedule | str = "fa3", capability: int = 90):  # fmt: skip
-    """Compile one kernel variant for sm_90 without a GPU (Triton's ``GPUTarget``); returns Triton's
-    ``CompiledKernel`` (``.asm["ptx"]``, ``["cubin"]``, ``.metadata``) with the signature a launch on
-    16-byte-aligned contiguous inputs specialises to. For the compile tests and the SASS audit."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    from kernels.attention.fa3_kernels import _fa3_fwd_kernel as fn
-
-    _check_head_dim(head_dim)
-    schedule = _schedule(schedule)
-    config = config or default_config(head_dim)
-    constexprs, options = kernel_specialisation(config, schedule, head_dim, causal)
-    name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-    rows = _ROWS_PER_CONSUMER if schedule.warp_specialize else config.cta_rows
-
-    def desc(r):
-        layout = gl.NVMMASharedLayout.get_default_for([1, 1, r, head_dim], _gl_dtype(dtype))
-        return f"tensordesc<{name}[1,1,{r},{head_dim}],{layout!r}>"
-
-    kinds = {"q_desc": desc(rows), "o_desc": desc(rows), "k_desc": desc(config.block_n),
-             "v_desc": desc(config.block_n), "q_ptr": f"*{name}", "k_ptr": f"*{name}", "v_ptr": f"*{name}",
-             "lse_ptr": "*fp32", "qk_scale": "fp32"}  # fmt: skip
-    signature, bound, attrs = {}, {}, {}
-    for i, arg in enumerate(fn.arg_names):
-        if arg in constexprs:
-            signature[arg], bound[(i,)] = "constexpr", constexprs[arg]
-            continue
-        signature[arg] = kinds.get(arg, "i32")
-        if signature[arg].startswith("*") or arg.startswith("stride_"):
-            attrs[(i,)] = [["tt.divisibility", 16]]  # aligned bases, strides in whole 16-element rows
-    source = GluonASTSource(fn, signature, bound, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
 
 
 class _FlashAttention3(torch.autograd.Function):

@@ -1,7 +1,7 @@
 """The FA-3 kernel compiled for sm_90 without a GPU, every head dim × schedule × mask, and its SASS read.
 
 Gluon kernels do not run in Triton's interpreter, but ``triton.compile`` builds them for a ``GPUTarget``
-on any machine (``fa3.compile_sm90``). One subprocess (Triton must not be in interpreter mode) compiles
+on any machine (``analysis.experiments.compiled.fa3_kernel``). One subprocess (Triton must not be in interpreter mode) compiles
 every variant and prints ``analysis.sass.summary`` of each; the tests check that the machine code holds
 what the design says: warpgroup MMAs (no per-warp MMA), TMA loads exactly where the schedule uses TMA and
 per-thread asynchronous copies where it does not, ``setmaxnreg`` register moves with warp
@@ -30,13 +30,12 @@ _SCRIPT = textwrap.dedent(
     """
     import json, sys
     from concurrent.futures import ProcessPoolExecutor
-    import torch
     from analysis import sass
-    from kernels.attention import fa3
+    from analysis.experiments import compiled
 
     def one(job):
         d, schedule, causal = job
-        kernel = fa3.compile_sm90(d, torch.bfloat16, causal, schedule=schedule)
+        kernel, _ = compiled.fa3_kernel(d, "bfloat16", causal, schedule)
         ptx = kernel.asm["ptx"]
         row = sass.summary(sass.read(kernel.asm["cubin"]), kernel.metadata.shared)
         row.update(head_dim=d, schedule=schedule, causal=causal, ptx_mbarrier_waits=ptx.count("mbarrier.try_wait"),

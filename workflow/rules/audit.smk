@@ -6,6 +6,7 @@ rule audit:
         tables=lambda w: [table_path(g) for g in report_gpus()],
         traffic=lambda w: [traffic_path(g) for g in traffic_gpus()],
         ops=lambda w: [ops_path(g) for g in ops_gpus()],
+        compiled=[COMPILED_TABLE] if COMPILED_TABLE else [],
     output:
         f"{RESULTS}/audit/verdicts.csv",
     log:
@@ -16,5 +17,6 @@ rule audit:
         tables=lambda w: {g: table_path(g) for g in report_gpus()},
         traffic=lambda w: {g: traffic_path(g) for g in traffic_gpus()},
         ops=lambda w: {g: ops_path(g) for g in ops_gpus()},
+        compiled=lambda w, input: input.compiled[0] if input.compiled else None,
     script:
         "../scripts/audit.py"
