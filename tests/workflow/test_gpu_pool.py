@@ -152,26 +152,27 @@ def test_a_job_that_dies_gives_its_device_back_to_the_next_jobs(tmp_path):
 
 
 def test_gpu_resource_limit_sets_the_pool_size(tmp_path):
-    """In the real workflow: a GPU job takes its device from the pool before its GPU check (which fails
-    on this CPU machine), and `--resources gpu=N` makes the pool N devices."""
+    """In the real workflow: a GPU job takes its device from the pool before its GPU check, and
+    `--resources gpu=N` makes the pool N devices. The devices are simulated (indices no NVML knows, so of
+    no known type) and the type asked for is one no machine has: the check then fails, on a GPU node too."""
     work = tmp_path / "repo"
     work.mkdir()
     for name in ("Snakefile", "workflow", "kernels", "analysis", "reports", "envs"):
         src = ROOT / name
         copy = shutil.copytree if src.is_dir() else shutil.copy
         copy(src, work / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if src.is_dir() else {}))
-    log = work / "results" / "logs" / "h200" / "environment.log"
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0,1", KERNELS_GPU_POOL_DIR=str(tmp_path / "pool"))
-    for extra, line in (([], "GPU 0 of the pool (0, 1)"), (["--resources", "gpu=1"], "GPU 0 of the pool (0)")):
+    log = work / "results" / "logs" / "x100" / "environment.log"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="70,71", KERNELS_GPU_POOL_DIR=str(tmp_path / "pool"))
+    for extra, line in (([], "GPU 70 of the pool (70, 71)"), (["--resources", "gpu=1"], "GPU 70 of the pool (70)")):
         r = subprocess.run(
-            [sys.executable, "-m", "snakemake", "results/h200/environment.json", "--cores", "1",
-             "--config", "gpus=[h200]", *extra],
+            [sys.executable, "-m", "snakemake", "results/x100/environment.json", "--cores", "1",
+             "--config", "gpus=[x100]", *extra],
             cwd=work, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
-        assert r.returncode != 0  # no H200 here
+        assert r.returncode != 0
         text = log.read_text()
         assert line in text, text
-        assert "results for GPU type 'h200' were requested" in text
+        assert "results for GPU type 'x100' were requested" in text
 
 
 @pytest.mark.parametrize("script", ["environment", "attention_benchmark", "ops_benchmark", "hbm_traffic"])
