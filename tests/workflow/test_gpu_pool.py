@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "workflow" / "scripts"
@@ -184,8 +185,13 @@ def test_every_gpu_job_claims_its_device_before_it_works(script):
     assert not any("torch" in line for line in lines[:claim_at])
 
 
-def test_gpu_rules_request_one_gpu_and_no_profile_caps_them_at_one():
-    for rule in ("environment", "attention", "traffic", "ops"):
-        assert "        gpu=1,\n" in (ROOT / "workflow" / "rules" / f"{rule}.smk").read_text()
+def test_gpu_rules_request_one_gpu_and_only_the_slurm_profile_sets_it_to_zero():
+    """Locally each GPU job's gpu=1 is a token of the pool and no profile caps them at one; under SLURM the
+    GRES requests the GPU, so every GPU rule's gpu is 0 there (else the plugin asks for a second one)."""
+    text = "".join(p.read_text() for p in sorted((ROOT / "workflow" / "rules").glob("*.smk")))
+    gpu_rules = {block.split(":", 1)[0] for block in text.split("\nrule ")[1:] if "        gpu=1,\n" in block}
+    assert gpu_rules == {"environment", "attention_benchmark", "ops_benchmark", "hbm_traffic"}
     for profile in ("default", "local"):
         assert "gpu=1" not in (ROOT / "workflow" / "profiles" / profile / "config.yaml").read_text()
+    slurm = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    assert {rule for rule, res in slurm["set-resources"].items() if res.get("gpu") == 0} == gpu_rules

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,11 +18,10 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from snakemake_helpers import suite_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("suite_requirements", ROOT / "envs" / "requirements.py")
-requirements = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(requirements)
+requirements = suite_requirements()
 
 DATA = requirements.project()
 TESTED = requirements.tested_versions(DATA)
