@@ -118,8 +118,8 @@ def tested_versions(data: dict | None = None) -> dict[str, str]:
 def needs(purpose: str, *, gpu: bool | None = None, ci: bool | None = None, data: dict | None = None,
           version=installed) -> list[dict]:  # fmt: skip
     """Every requirement of ``purpose`` with what this interpreter has: one dict per package (canonical
-    ``name``, combined ``spec``, ``found`` version or None, the ``tested`` version, ``ok``, and ``install``:
-    what pip is asked for when it is not ok)."""
+    ``name``, combined ``spec``, ``found`` version or None, the ``tested`` version, ``ok``, ``install``:
+    what pip is asked for when it is not ok, and ``hold``: the constraint that keeps it when it is)."""
     if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {PURPOSES}, not {purpose!r}")
     data = data or project()
@@ -156,14 +156,16 @@ def needs(purpose: str, *, gpu: bool | None = None, ci: bool | None = None, data
     for name, spec in specs.items():
         found = version(name)
         pin = tested.get(name)
+        ok = _contains(spec, found)
         out.append(
             {
                 "name": name,
                 "spec": str(spec),
                 "found": found,
                 "tested": pin,
-                "ok": _contains(spec, found),
+                "ok": ok,
                 "install": f"{name}=={pin}" if _contains(spec, pin) else f"{name}{spec}",
+                "hold": f"{name}=={found}" if ok else None,  # the pip constraint that keeps it as it is
             }
         )
     return out
@@ -229,24 +231,23 @@ def _check_in(python: Path, purpose: str, every: bool = False) -> list[dict]:
 
 def prepare(purpose: str, venv: Path) -> Path:
     """The interpreter that has everything ``purpose`` needs: this one, or ``venv`` layered on it with
-    what it lacks installed. Exits with one message naming what could not be installed."""
+    what it lacks installed (silent when nothing is missing). Exits with one message naming what could
+    not be installed."""
     if Requirement is None:
         say(f"{sys.executable} has neither packaging nor pip to check its packages with; checking in {venv}")
-    else:
-        missing = [n for n in needs(purpose) if not n["ok"]]
-        if not missing:
-            return Path(sys.executable)
-        say(f"{sys.executable} lacks {describe(missing)}")
+    elif all(n["ok"] for n in needs(purpose)):
+        return Path(sys.executable)
     here = Path(sys.prefix).resolve() == venv.resolve()
     python = Path(sys.executable) if here else layer(venv)
     missing = _check_in(python, purpose)
     if not missing:
         return python
     specs = [n["install"] for n in missing]
+    say(f"{sys.executable} lacks {describe(missing)}")
     say(f"installing into {venv}" + ("" if here else f" (on top of {sys.executable})") + ": " + " ".join(specs))
     # what is already met stays as found (no second torch, numpy, ... under the installed packages)
     names = {n["name"] for n in missing}
-    held = [f"{n['name']}=={n['found']}" for n in _check_in(python, purpose, every=True) if n["name"] not in names]
+    held = [n["hold"] for n in _check_in(python, purpose, every=True) if n["hold"] and n["name"] not in names]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(held) + "\n")
     try:

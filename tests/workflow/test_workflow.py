@@ -45,7 +45,8 @@ def test_nested_config_values_keep_their_types(tmp_path):
     """`--config` with nested keys: numbers inside mappings and lists are numbers (the schema refused
     them as strings), and the keys not named keep the config file's values."""
     nested = "attention={interpreter_check: {head_dims: [16], seqlens: [33, 65]}, warmup_ms: 12.5}"
-    r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", nested,
+    types = "gpu_types={h200: {gres: '', partition: gpu}}"  # strings stay strings, the empty one too
+    r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", nested, types,
                   f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     assert job_counts(r.stdout)["interpreter_check"] == 2 * 1 * 2  # dtypes and causal from the config file

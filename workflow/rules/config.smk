@@ -13,7 +13,8 @@ def _typed(value):
         return [_typed(v) for v in value]
     if isinstance(value, dict):
         return {k: _typed(v) for k, v in value.items()}
-    if not isinstance(value, str):
+    # ("" is how a quoted empty string arrives, `gres: ''`: it stays one)
+    if not isinstance(value, str) or value == "":
         return value
     try:
         parsed = yaml.safe_load(value)
