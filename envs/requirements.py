@@ -68,14 +68,23 @@ def project() -> dict:
 
 
 def has_gpu() -> bool:
-    """Whether an NVIDIA GPU is visible here (without importing torch): the driver's list of GPUs, else
-    nvidia-smi. CUDA_VISIBLE_DEVICES set to nothing (or -1) hides them, as it does from CUDA."""
+    """Whether an NVIDIA GPU is visible here (without importing torch): the driver's list of GPUs or its
+    device files, else NVML, else nvidia-smi. CUDA_VISIBLE_DEVICES set to nothing (or -1) hides them, as
+    it does from CUDA."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return False
     gpus = Path("/proc/driver/nvidia/gpus")
-    if gpus.is_dir() and any(gpus.iterdir()):
+    if (gpus.is_dir() and any(gpus.iterdir())) or any(Path("/dev").glob("nvidia[0-9]*")):
         return True
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        if pynvml.nvmlDeviceGetCount() > 0:
+            return True
+    except Exception:  # no nvidia-ml-py, no driver: ask nvidia-smi
+        pass
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return False

@@ -70,6 +70,12 @@ def test_numpy_bound_only_where_the_interpreter_needs_it():
     assert numpy(False, numpy="2.3.5")["ok"]
 
 
+def test_hidden_gpus_count_as_none(monkeypatch):
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert not requirements.has_gpu()  # the kernels then run in the interpreter, which needs its numpy
+
+
 def test_what_is_missing_is_installed_at_the_tested_version_and_ci_requires_it_exactly():
     result = requirements.needs("run", gpu=True, ci=False, version=versions(torch=None, triton="3.8.0"))
     missing = [n for n in result if not n["ok"]]
