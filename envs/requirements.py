@@ -16,8 +16,8 @@ that is imported) and pip installs only what is missing there, at the version ``
 names where that version is acceptable, with every met requirement held at the version found. Under CI
 (``CI`` set) the tested versions are required exactly, so CI tests what the GPU ran.
 
-Only the standard library and ``packaging`` (pip's own copy if there is no other) are needed, so this runs
-before anything is installed.
+Only the standard library and ``packaging`` (pip's own copy if there is no other; with neither, the check
+runs in the venv) are needed, so this runs before anything is installed.
 """
 
 from __future__ import annotations
