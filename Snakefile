@@ -10,6 +10,9 @@ min_version("9.0")
 configfile: "workflow/config.yaml"
 
 
+include: "workflow/rules/config.smk"  # --config values typed as in a config file
+
+
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

@@ -42,12 +42,15 @@ def check_gpu(expected_gpu: str) -> dict:
     return env
 
 
-def record_environment(expected_gpu: str, out_json: str | Path, out_packages: str | Path | None = None) -> dict:
+def record_environment(
+    expected_gpu: str, out_json: str | Path, out_packages: str | Path | None = None, extra: dict | None = None
+) -> dict:
     """Write the environment of a result set after checking the GPU type; with ``out_packages``, also
-    the snapshot of every installed Python package (name==version, one a line)."""
+    the snapshot of every installed Python package (name==version, one a line). ``extra``: fields the
+    workflow adds (``gpu_count``: how many GPUs of this type the run's jobs were spread over)."""
     from analysis.provenance import installed_packages
 
-    env = check_gpu(expected_gpu)
+    env = {**check_gpu(expected_gpu), **(extra or {})}
     Path(out_json).parent.mkdir(parents=True, exist_ok=True)
     Path(out_json).write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
     if out_packages:

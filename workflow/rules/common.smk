@@ -1,4 +1,5 @@
 # Shared definitions: which GPU types are measured, which shards the grid has, where tables live.
+import os
 import sys
 from pathlib import Path
 
@@ -16,8 +17,29 @@ REFERENCE = config["reference_dir"]
 ATT = config["attention"]
 
 
+def gpu_limit():
+    """The run's `--resources gpu=N` (None when it sets none). N caps the GPU jobs running at once and the
+    device pool they take their GPUs from (workflow/scripts/_gpu_pool.py); 0 (the cpu profile) measures
+    nothing, whatever `gpus` says."""
+    try:
+        value = workflow.resource_settings.resources.get("gpu")
+    except AttributeError:  # a Snakemake that keeps them elsewhere: no limit known
+        return None
+    value = getattr(value, "value", value)
+    return value if isinstance(value, int) else None
+
+
+# The local GPU jobs' device pool is at most --resources gpu=N devices: set here for the jobs (not read
+# from the user), as an environment variable rather than a param, so changing N outdates no finished shard.
+os.environ.pop("KERNELS_GPU_POOL_SIZE", None)
+if gpu_limit() is not None:
+    os.environ.update(KERNELS_GPU_POOL_SIZE=str(gpu_limit()))
+
+
 def measured_gpus():
     """GPU types measured in this run: the config's list, or this machine's GPU (none on a CPU)."""
+    if gpu_limit() == 0:
+        return []
     if config["gpus"] == "auto":
         slug = detect_gpu_slug()
         return [] if slug == CPU_SLUG else [slug]
