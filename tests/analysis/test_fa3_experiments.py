@@ -158,7 +158,8 @@ def test_wgmma_issue_counts_mma_instructions_per_tile():
 
 def test_tma_issue_slots_compares_the_producer_loops():
     rows = [_compiled_row("fa3-schedules", "fa3", load_loop_instructions=39, load_loop_tma=2),
-            _compiled_row("fa3-schedules", "no-tma", load_loop_instructions=395, load_loop_thread_loads=32)]  # fmt: skip
+            _compiled_row("fa3-schedules", "no-tma", load_loop_instructions=395,
+                          load_loop_thread_loads=32)]  # fmt: skip
     row = _judge("tma-issue-slots", _claims_ctx(rows)).iloc[0]
     assert row["verdict"] == "holds" and row["observed"].startswith("10.1× more"), row
 

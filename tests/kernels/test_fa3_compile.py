@@ -1,12 +1,12 @@
 """The FA-3 kernel compiled for sm_90 without a GPU, every head dim × schedule × mask, and its SASS read.
 
-Gluon kernels do not run in Triton's interpreter, but ``triton.compile`` builds them for a ``GPUTarget``
-on any machine (``analysis.experiments.compiled.fa3_kernel``). One subprocess (Triton must not be in interpreter mode) compiles
-every variant and prints ``analysis.sass.summary`` of each; the tests check that the machine code holds
-what the design says: warpgroup MMAs (no per-warp MMA), TMA loads exactly where the schedule uses TMA and
-per-thread asynchronous copies where it does not, ``setmaxnreg`` register moves with warp
-specialisation, the turn-passing barriers of ping-pong, the wait for all but one wgmma group of the
-intra-warpgroup overlap, no spills with TMA, and shared memory within Hopper's 227 KiB.
+Gluon kernels do not run in Triton's interpreter, but ``triton.compile`` builds them for a ``GPUTarget`` on
+any machine (``analysis.experiments.compiled.fa3_kernel``). One subprocess (Triton must not be in interpreter
+mode) compiles every variant and prints ``analysis.sass.summary`` of each; the tests check that the machine
+code holds what the design says: warpgroup MMAs (no per-warp MMA), TMA loads exactly where the schedule uses
+TMA and per-thread asynchronous copies where it does not, ``setmaxnreg`` register moves with warp
+specialisation, the turn-passing barriers of ping-pong, the wait for all but one wgmma group of the intra-
+warpgroup overlap, no spills with TMA, and shared memory within Hopper's 227 KiB.
 """
 
 from __future__ import annotations
