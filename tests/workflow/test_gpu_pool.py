@@ -102,7 +102,8 @@ import json, os, signal, sys, time
 sys.path[:0] = [SCRIPTS, ROOT]
 import _gpu_pool
 
-claim = _gpu_pool.claim(snakemake)
+_gpu_pool.claim(snakemake)  # as the job scripts call it: the return value dropped, the lock must stay held
+claim = _gpu_pool.held()
 start = time.time()
 if snakemake.wildcards.i == os.environ.get("DIE"):  # a job that crashes while it holds its GPU
     os.kill(os.getpid(), signal.SIGKILL)

@@ -31,6 +31,12 @@ from pathlib import Path
 POOL_DIR_ENV = "KERNELS_GPU_POOL_DIR"
 POOL_SIZE_ENV = "KERNELS_GPU_POOL_SIZE"  # set by workflow/rules/common.smk from --resources gpu=N
 log = logging.getLogger("gpu_pool")
+_HELD: list = []  # this process's claims (a dropped Claim would close its lock file and free the GPU)
+
+
+def held():
+    """The claim this process holds (the last one taken), or None."""
+    return _HELD[-1] if _HELD else None
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,7 @@ def claim(smk, environ=os.environ) -> Claim | None:
         log.info("no GPU to take from the pool (visible: %s)", ", ".join(d.id for d in devices) or "none")
         return None
     got = acquire(pool, pool_dir(environ), who=f"{smk.rule} {dict(smk.wildcards.items())}")
+    _HELD.append(got)  # the lock lives as long as its open file: held until the process ends, whatever the caller keeps
     environ["CUDA_VISIBLE_DEVICES"] = got.device.id
     if nvml_order:
         environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
