@@ -7,7 +7,7 @@ rule audit:
         traffic=lambda w: [traffic_path(g) for g in traffic_gpus()],
         ops=lambda w: [ops_path(g) for g in ops_gpus()],
     output:
-        f"{RESULTS}/audit/verdicts.csv",
+        update(f"{RESULTS}/audit/verdicts.csv"),
     log:
         f"{RESULTS}/logs/audit/audit.log",
     conda:
