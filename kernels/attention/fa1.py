@@ -289,7 +289,9 @@ def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None
     dv = torch.zeros((b, h, seqlen_k, d), device=q.device, dtype=q.dtype)
     if q.numel() and k.numel():
         do = do.to(q.dtype)
-        delta = (do.float() * out.float()).sum(-1).contiguous()
+        # Δ = rowsum(dO ∘ O) in fp32, summed in one order whatever the layouts of dO and O (a strided sum
+        # reduces in another order, and dQ would differ in the last bit with the layout)
+        delta = (do.float().contiguous() * out.float().contiguous()).sum(-1)
         with device_guard(q):
             _fa1_bwd_kernel[(b * h,)](
                 q, k, v, do, lse.contiguous(), delta, dq, dk, dv,
