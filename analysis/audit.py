@@ -1781,17 +1781,23 @@ def _fingerprint(verdicts: list[Verdict]) -> list[tuple[str, str, str, str]]:
 
 
 class _Band:
-    """The contexts of the band (every path at every level, and the blanked one), built once per audit."""
+    """The band's contexts (built when first needed, once per audit) and the re-judging of one claim."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self._moved: list[Context] | None = None
+        self._paths: list[Callable[[float], Context]] | None = None
+        self._at: dict[tuple[int, float], Context] = {}
         self._blank: Context | None = None
 
-    def moved(self) -> list[Context]:
-        if self._moved is None:
-            self._moved = [path(level) for path in band_paths(self.ctx) for level in BAND_LEVELS]
-        return self._moved
+    def paths(self) -> list[Callable[[float], Context]]:
+        if self._paths is None:
+            self._paths = band_paths(self.ctx)
+        return self._paths
+
+    def at(self, path: int, level: float) -> Context:
+        if (path, level) not in self._at:
+            self._at[path, level] = self.paths()[path](level)
+        return self._at[path, level]
 
     def blank(self) -> Context:
         if self._blank is None:
@@ -1800,8 +1806,12 @@ class _Band:
 
     def reached(self, claim: Claim, base: list[Verdict]) -> list[set[str]]:
         """The verdicts each of ``base`` (the claim's verdicts at the medians) reaches across the band; a
-        verdict that does not read the timings, an untestable and an analytic one reach only themselves
-        (the latter two: nothing, no band)."""
+        verdict that does not read the timings reaches only itself, an untestable or analytic one nothing.
+
+        The every-row-alike path is walked at every level; each implementation-split path is first tried
+        at its two ends, and walked only when they differ from the every-row-alike path's two ends (in the
+        same or the mirrored order): when they do not, the rows the claim reads are all on one side of the
+        split, and the path is the every-row-alike one again (or it mirrored)."""
         reached = [{v.verdict} if v.gpu != ANALYTIC and v.verdict != "untestable" else set() for v in base]
         if not any(reached) or not (self.ctx.tables or self.ctx.ops):
             return reached
@@ -1813,18 +1823,35 @@ class _Band:
                 return reached  # the same without any timing: the verdicts do not rest on them
         except Exception:  # an evaluator that cannot work without timings reads them
             pass
-        for ctx in self.moved():
-            by_gpu: dict[str, list[str]] = {}
-            for v in _judge(claim, ctx):
-                by_gpu.setdefault(v.gpu, []).append(v.verdict)
-            seen: dict[str, int] = {}
-            for i, v in enumerate(base):
-                k = seen.get(v.gpu, 0)
-                seen[v.gpu] = k + 1
-                others = by_gpu.get(v.gpu, [])
-                if reached[i] and k < len(others) and others[k] != "untestable":
-                    reached[i].add(others[k])
+
+        def judge(path: int, level: float) -> list[tuple[str, str, str, str]]:
+            moved = _judge(claim, self.at(path, level))
+            _collect(base, moved, reached)
+            return _fingerprint(moved)
+
+        low, high = judge(0, 0.0), judge(0, 1.0)
+        for level in BAND_LEVELS[1:-1]:
+            judge(0, level)
+        for path in range(1, len(self.paths())):
+            if (judge(path, 0.0), judge(path, 1.0)) in ((low, high), (high, low)):
+                continue
+            for level in BAND_LEVELS[1:-1]:
+                judge(path, level)
         return reached
+
+
+def _collect(base: list[Verdict], moved: list[Verdict], reached: list[set[str]]) -> None:
+    """Add to ``reached`` the verdicts of ``moved`` (a re-judging), matched to ``base`` by GPU and order."""
+    by_gpu: dict[str, list[str]] = {}
+    for v in moved:
+        by_gpu.setdefault(v.gpu, []).append(v.verdict)
+    seen: dict[str, int] = {}
+    for i, v in enumerate(base):
+        k = seen.get(v.gpu, 0)
+        seen[v.gpu] = k + 1
+        others = by_gpu.get(v.gpu, [])
+        if reached[i] and k < len(others) and others[k] != "untestable":
+            reached[i].add(others[k])
 
 
 def _tolerance_text(claim: Claim) -> str:
