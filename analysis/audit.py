@@ -19,9 +19,11 @@ verdict, observed value or note changes depends on them) is judged again across 
 row's time moved from its median towards its p20 or p80 (and its TFLOP/s and GB/s with it, which are per
 median time), at ``BAND_LEVELS`` along the way, along ``band_paths`` (every row the same way; and, so that
 a ratio of two implementations reaches both its extremes, one set of implementations one way and the
-rest the other, for a partition of the implementations that separates every pair). A verdict that
-changes anywhere on the way is **borderline**: ``band`` lists the verdicts reached, ``borderline`` is True.
-Nothing is random: the same tables give the same verdicts and bands.
+rest the other, for partitions of the implementations that separate every pair; a split that leaves
+all the rows a claim reads on one side is recognised at its ends and not walked). A verdict that changes
+anywhere on the way is **borderline**: ``band`` lists the verdicts reached, ``borderline`` is True. Nothing
+is random: the same tables give the same verdicts and bands. The levels are eight steps from p20 to p80: a
+verdict whose window lies inside the band but is narrower than a step can be missed.
 
 A claim about an A100 or H100 that the GPU at hand cannot check directly is evaluated in its
 hardware-independent form (a fraction of that GPU's own peak, a ratio between implementations measured
