@@ -263,7 +263,8 @@ def test_capture_replays_the_eager_bits(name):
     graph, static, stream = _capture(entry.call)
     _replay(graph, stream)
     _assert_same_bits([t.clone() for t in static], _eager(entry.call, stream), f"{name}: replay")
-    entry.refresh()
+    entry.refresh()  # on the default stream: finished before the capture stream reads the new values
+    torch.cuda.synchronize()
     expected = _eager(entry.call, stream)  # eager on the new values (re-validates changed offsets)
     _replay(graph, stream)
     _assert_same_bits([t.clone() for t in static], expected, f"{name}: replay after new input values")
