@@ -93,11 +93,11 @@ def _randn(*shape, dtype=BF16, scale=1.0, seed=0):
 
 @dataclasses.dataclass
 class Entry:
-    """``call()`` reads ``inputs`` (tensors the graph captures); ``refresh()`` copies new values into them."""
+    """``call()`` is the entry on inputs made once (the graph captures their addresses); ``refresh()`` copies
+    new values into those inputs."""
 
     call: Callable[[], object]
-    inputs: list[torch.Tensor]
-    refresh: Callable[[], None] | None = None
+    refresh: Callable[[], None]
 
 
 def _refill(tensors: list[torch.Tensor], seed: int) -> Callable[[], None]:
@@ -112,7 +112,7 @@ def _fa2_forward():
     from kernels.attention import fa2
 
     q, k, v = _randn(2, 8, 300, 128, seed=1), _randn(2, 2, 333, 128, seed=2), _randn(2, 2, 333, 128, seed=3)
-    return Entry(lambda: fa2.forward(q, k, v, causal=True), [q, k, v], _refill([q, k, v], 10))
+    return Entry(lambda: fa2.forward(q, k, v, causal=True), _refill([q, k, v], 10))
 
 
 def _fa2_backward():
@@ -128,7 +128,7 @@ def _fa2_backward():
         out.copy_(o)
         lse.copy_(l_)
 
-    return Entry(lambda: fa2.backward(do, q, k, v, out, lse, causal=True), [do, q, k, v, out, lse], refresh)
+    return Entry(lambda: fa2.backward(do, q, k, v, out, lse, causal=True), refresh)
 
 
 def _fa2_training_step():
@@ -147,7 +147,7 @@ def _fa2_training_step():
         with torch.no_grad():
             _refill([q, k, v, dout], 10)()
 
-    return Entry(step, [q, k, v, dout], refresh)
+    return Entry(step, refresh)
 
 
 def _varlen():
@@ -170,14 +170,14 @@ def _varlen():
         out.copy_(o)
         lse.copy_(l_)
 
-    return Entry(call, [q, k, v, do, out, lse, cu], refresh)
+    return Entry(call, refresh)
 
 
 def _decode():
     from kernels.attention import decode
 
     q, k, v = _randn(2, 16, 1, 128, seed=1), _randn(2, 4, 5000, 128, seed=2), _randn(2, 4, 5000, 128, seed=3)
-    return Entry(lambda: decode.attention(q, k, v), [q, k, v], _refill([q, k, v], 10))
+    return Entry(lambda: decode.attention(q, k, v), _refill([q, k, v], 10))
 
 
 def _w4a16(m: int):
@@ -185,7 +185,7 @@ def _w4a16(m: int):
 
     qw = wq.quantize(_randn(4096, 2048, scale=0.05, seed=1), 128)
     x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)
-    return Entry(lambda: wq.matmul(x, qw, bias), [x, bias], _refill([x, bias], 10))
+    return Entry(lambda: wq.matmul(x, qw, bias), _refill([x, bias], 10))
 
 
 def _w8a16(m: int):
@@ -193,7 +193,7 @@ def _w8a16(m: int):
 
     qw = wq.quantize_w8(_randn(4096, 2048, scale=0.05, seed=1))
     x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)
-    return Entry(lambda: wq.matmul_w8(x, qw, bias), [x, bias], _refill([x, bias], 10))
+    return Entry(lambda: wq.matmul_w8(x, qw, bias), _refill([x, bias], 10))
 
 
 def _grouped(fuse: bool):
@@ -210,7 +210,7 @@ def _grouped(fuse: bool):
         _refill([a], 10)()
         offsets.copy_(new_offsets)  # a torch write: bumps the version, so the next eager call re-validates
 
-    return Entry(lambda: grouped_gemm(a, b, offsets, swiglu_b=b2 if fuse else None), [a, offsets], refresh)
+    return Entry(lambda: grouped_gemm(a, b, offsets, swiglu_b=b2 if fuse else None), refresh)
 
 
 def _moe_ffn():
@@ -220,7 +220,7 @@ def _moe_ffn():
     x, logits = _randn(tokens, h, seed=1), _randn(tokens, e, dtype=torch.float32, seed=2)
     wg, wu = _randn(e, h, f, scale=0.03, seed=3), _randn(e, h, f, scale=0.03, seed=4)
     wd = _randn(e, f, h, scale=0.03, seed=5)
-    return Entry(lambda: moe_ffn(x, logits, wg, wu, wd, top_k=4), [x, logits], _refill([x, logits], 10))
+    return Entry(lambda: moe_ffn(x, logits, wg, wu, wd, top_k=4), _refill([x, logits], 10))
 
 
 def _fp8_quantized():
@@ -237,7 +237,7 @@ def _fp8_quantized():
         for old, fresh in zip((q8, k8, v8, qs, ks, vs), new, strict=True):
             old.copy_(fresh)
 
-    return Entry(call, [q8, k8, v8, qs, ks, vs], refresh)
+    return Entry(call, refresh)
 
 
 ENTRIES = {
