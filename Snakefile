@@ -2,9 +2,14 @@
 # Run:  snakemake --cores all          (GPU node: measures; no GPU: interpreter checks + shipped results)
 # See README.md for the report, the configuration and the profiles.
 
-from snakemake.utils import min_version, validate
+import sys
+
+from snakemake.utils import min_version
 
 min_version("9.0")
+sys.path.insert(0, workflow.basedir)  # the analysis package, even if not installed
+
+from analysis.configuration import validate_config
 
 
 configfile: "workflow/config.yaml"
@@ -13,7 +18,8 @@ configfile: "workflow/config.yaml"
 include: "workflow/rules/config.smk"  # --config values typed as in a config file
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# the schema (one line per problem), its defaults, then the checks across fields
+validate_config(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
 
 
 report: "reports/workflow.rst"

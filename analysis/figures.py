@@ -24,6 +24,8 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from analysis import outputs
+
 # Files only, never a window: this runs in workflow jobs and on headless GPU machines.
 matplotlib.use("Agg")
 
@@ -613,26 +615,27 @@ def render_all(df: pd.DataFrame, out_dir, registry: dict | None = None, table_so
     ``table_source`` (the result file drawn from, if given) and ``section`` (the experiment the figure
     belongs to, a key of ``SECTIONS``, from the registry's optional third field). A figure with nothing
     to draw is skipped rather than failing, so a partial run still yields a report.
+
+    The folder is built under a temporary name and replaces ``out_dir`` whole once every figure is drawn
+    (``analysis.outputs.folder``): a figure that fails leaves the previous folder as it was, and no figure
+    of an earlier, fuller run can pass for this run's.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    for name, (func, caption, *section) in (registry or FIGURES).items():
-        entry = {"name": name, "png": None, "csv": None, "caption": caption, "caption_text": caption_text(caption),
-                 "reason": None, "table_source": table_source, "section": section[0] if section else None}  # fmt: skip
-        png, csv = out_dir / f"{name}.png", out_dir / f"{name}.csv"
-        try:
-            table = func(df, png)
-        except NoDataError as e:
-            entry["reason"] = str(e)
-            # A figure left from an earlier, fuller run would otherwise pass for this run's result.
-            png.unlink(missing_ok=True)
-            csv.unlink(missing_ok=True)
-        else:
-            table.to_csv(csv, index=False)
-            entry.update(png=str(png), csv=str(csv))
-        entries.append(entry)
-    (out_dir / "manifest.json").write_text(json.dumps(entries, indent=2) + "\n")
+    with outputs.folder(out_dir) as work:
+        for name, (func, caption, *section) in (registry or FIGURES).items():
+            entry = {"name": name, "png": None, "csv": None, "caption": caption,
+                     "caption_text": caption_text(caption), "reason": None, "table_source": table_source,
+                     "section": section[0] if section else None}  # fmt: skip
+            try:
+                table = func(df, work / f"{name}.png")
+            except NoDataError as e:
+                entry["reason"] = str(e)
+            else:
+                table.to_csv(work / f"{name}.csv", index=False)
+                entry.update(png=str(out_dir / f"{name}.png"), csv=str(out_dir / f"{name}.csv"))
+            entries.append(entry)
+        (work / "manifest.json").write_text(json.dumps(entries, indent=2) + "\n")
     return entries
 
 

@@ -14,6 +14,14 @@
 Each function takes ``(df, out_png)``, draws rows with ``status == "ok"`` that were timed, and returns the
 table it drew; ``render_all`` (``analysis.figures``) stores it next to the PNG, and a figure with nothing to
 draw becomes a skip entry with the reason.
+
+GPU time and eager cost. The plotted times are GPU time (``ms_median``: the harness hides the host side of
+a call). A call issued eagerly, one after another, costs about the larger of its GPU time and its host
+side (``host_ms``: checks, allocations, launches, any synchronisation), ``eager_ms``. Where the two differ
+by more than ``EAGER_GAP`` (20%) at some point of a line, the figure also draws that line from the eager
+cost, dotted ("<impl>, eager call"), so that a speed-up that exists only on the GPU's clock is seen as
+such; the tables carry ``host_ms`` and the eager values beside the GPU ones. Rows measured before
+``host_ms`` existed have no eager line. The MoE time split shows GPU time only.
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ matplotlib.use("Agg")
 
 log = logging.getLogger(__name__)
 
-_NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_median", "ms_p20", "ms_p80", "tflops",
-            "model_bytes", "gbps", "peak_mem_mib", "max_abs_err", "rel_err", "quant_err"]  # fmt: skip
+_NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_median", "ms_p20", "ms_p80", "host_ms",
+            "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err", "rel_err", "quant_err"]  # fmt: skip
 QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
 MOE_ORDER = ["ours-moe", "grouped-mm-moe", "loop-moe", "gather-moe", "dense-ffn"]
 GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
@@ -43,6 +51,7 @@ STAGE_COLOURS = dict(zip(STAGES[:-1], ("#8c564b", "#1f77b4", "#d62728", "#2ca02c
 _COLOURS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, sns.color_palette("colorblind", 13), strict=True))
 _MARKERS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, "oDsv^" * 3, strict=False))
 _THICK = {"ours-w4a16", "ours-moe", "ours-grouped"}  # the line of our kernel in each figure
+EAGER_GAP = 0.2  # draw the eager-cost line where it differs from the GPU-time one by more than this
 
 
 def prepare(df: pd.DataFrame, family: str) -> pd.DataFrame:
@@ -54,7 +63,15 @@ def prepare(df: pd.DataFrame, family: str) -> pd.DataFrame:
     for c in _NUMERIC:
         d[c] = pd.to_numeric(d[c], errors="coerce")
     d["timed"] = _as_bool(d["timed"])
-    return d[(d["status"] == "ok") & d["timed"]]
+    d = d[(d["status"] == "ok") & d["timed"]].copy()
+    # what an eager call costs: the larger of GPU time and host time (NaN where host_ms was not measured)
+    d["eager_ms"] = np.fmax(d["ms_median"], d["host_ms"]).where(d["host_ms"].notna())
+    return d
+
+
+def eager_differs(gpu: pd.Series, eager: pd.Series) -> pd.Series:
+    """Where an eager-cost value differs from its GPU-time value by more than ``EAGER_GAP``."""
+    return (eager / gpu - 1.0).abs() > EAGER_GAP
 
 
 def _title(d: pd.DataFrame, what: str) -> str:
@@ -85,11 +102,13 @@ def _finish(fig, axes, title: str, out_png) -> None:
 
 
 def _line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str], x: str, value: str,
-                 labels: tuple[str, str], what: str, out_png, width: float = 4.0, mark=None) -> None:  # fmt: skip
+                 labels: tuple[str, str], what: str, out_png, width: float = 4.0, mark=None,
+                 eager: str | None = None) -> None:  # fmt: skip
     """One panel per value of column ``panel`` (in the order of ``panels``): ``value`` against ``x`` on a log2
     axis, a line per implementation of ``order`` present (ours thicker), axes labelled ``labels`` (x, y) and
     the figure titled ``what``; ``mark(ax, rows)`` adds what a panel has besides (a reference line, a log
-    y-axis)."""
+    y-axis). ``eager``: the column of ``value`` at the eager cost; a line where it differs from ``value`` by
+    more than ``EAGER_GAP`` at some point is drawn again from it, dotted (module docstring)."""
     with _theme():
         fig, axes = _panels(len(panels), width=width)
         for ax, name in zip(axes, panels, strict=True):
@@ -98,6 +117,9 @@ def _line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str
                 line = s[s["impl"] == impl].sort_values(x)
                 ax.plot(line[x], line[value], marker=_MARKERS[impl], color=_COLOURS[impl], label=impl,
                         linewidth=2.4 if impl in _THICK else 1.4)  # fmt: skip
+                if eager is not None and eager_differs(line[value], line[eager]).any():
+                    ax.plot(line[x], line[eager], marker=_MARKERS[impl], color=_COLOURS[impl], linestyle=":",
+                            fillstyle="none", linewidth=1.2, label=f"{impl}, eager call")  # fmt: skip
             if mark is not None:
                 mark(ax, s)
             _log2_x(ax, [v for v in s[x] if v == v])
@@ -111,11 +133,13 @@ def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """Speed-up over bf16 F.linear against M, per layer shape (see the module docstring)."""
     d = prepare(df, "quant")
     keys = ["model", "dtype", "group_size", "m"]
-    base = d[d["impl"] == "torch-linear"].set_index(keys)["ms_median"].rename("linear_ms")
+    base = d[d["impl"] == "torch-linear"].set_index(keys)[["ms_median", "eager_ms"]]
+    base = base.rename(columns={"ms_median": "linear_ms", "eager_ms": "linear_eager_ms"})
     d = d[d["impl"].isin(QUANT_ORDER) & (d["impl"] != "torch-linear")].join(base, on=keys).dropna(subset=["linear_ms"])
     if d.empty:
         raise NoDataError("no ok quant rows with a bf16 F.linear row at the same M")
     d["speedup"] = d["linear_ms"] / d["ms_median"]
+    d["eager_speedup"] = d["linear_eager_ms"] / d["eager_ms"]  # both called eagerly
     d["shape"] = [_shape_label(r) for r in d.to_dict("records")]
     shapes = list(dict.fromkeys(d.sort_values(["n", "k"])["shape"]))
 
@@ -123,9 +147,10 @@ def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1.0, label="bf16 F.linear = 1")
 
     _line_panels(d, "shape", shapes, QUANT_ORDER, "m", "speedup", ("M (rows of x)", "speed-up over F.linear"),
-                 "weight-only quantised linear layers against bf16 F.linear", out_png, mark=parity)  # fmt: skip
-    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "linear_ms",
-            "speedup", "gbps", "max_abs_err", "quant_err", "kernel_config"]  # fmt: skip
+                 "weight-only quantised linear layers against bf16 F.linear", out_png, mark=parity,
+                 eager="eager_speedup")  # fmt: skip
+    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "host_ms",
+            "linear_ms", "speedup", "eager_speedup", "gbps", "max_abs_err", "quant_err", "kernel_config"]  # fmt: skip
     return d[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
 
 
@@ -137,6 +162,7 @@ def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
         raise NoDataError("no ok quant rows with a bandwidth")
     lines = lines.assign(copy_gbps=with_copy_gbps(lines, d), shape=[_shape_label(r) for r in lines.to_dict("records")])
     lines["fraction_of_copy"] = lines["gbps"] / lines["copy_gbps"]
+    lines["eager_gbps"] = lines["gbps"] * lines["ms_median"] / lines["eager_ms"]
     shapes = list(dict.fromkeys(lines.sort_values(["n", "k"])["shape"]))
 
     def ceiling(ax, s):
@@ -146,9 +172,9 @@ def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
                        label="copy of the packed weight")  # fmt: skip
 
     _line_panels(lines, "shape", shapes, QUANT_ORDER, "m", "gbps", ("M (rows of x)", "GB/s on the weight bytes"),
-                 "bandwidth on the weight bytes read", out_png, mark=ceiling)  # fmt: skip
-    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "model_bytes",
-            "gbps", "copy_gbps", "fraction_of_copy"]  # fmt: skip
+                 "bandwidth on the weight bytes read", out_png, mark=ceiling, eager="eager_gbps")  # fmt: skip
+    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "host_ms",
+            "model_bytes", "gbps", "eager_gbps", "copy_gbps", "fraction_of_copy"]  # fmt: skip
     return lines[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
 
 
@@ -184,13 +210,16 @@ def moe_time_split(df: pd.DataFrame, out_png) -> pd.DataFrame:
     return wide.drop(columns=["panel"]).sort_values(["model", "routing", "tokens"]).reset_index(drop=True)
 
 
-def _lines_vs_tokens(d: pd.DataFrame, order: list[str], value: str, ylabel: str, what: str, out_png) -> pd.DataFrame:
+def _lines_vs_tokens(d: pd.DataFrame, order: list[str], value: str, eager: str, ylabel: str, what: str,
+                     out_png) -> pd.DataFrame:  # fmt: skip
     d = d.assign(panel=[_moe_panel(r) for r in d.to_dict("records")])
+    d["eager_tflops"] = d["tflops"] * d["ms_median"] / d["eager_ms"]
     panels = list(dict.fromkeys(d.sort_values(["model", "routing"])["panel"]))
     _line_panels(d, "panel", panels, order, "tokens", value, ("tokens", ylabel), what, out_png, width=3.8,
-                 mark=lambda ax, s: ax.set_yscale("log"))  # fmt: skip
+                 mark=lambda ax, s: ax.set_yscale("log"), eager=eager)  # fmt: skip
     cols = ["gpu", "gpu_name", "dtype", "model", "experts", "top_k", "k", "n", "routing", "impl", "tokens",
-            "ms_median", "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err"]  # fmt: skip
+            "ms_median", "host_ms", "eager_ms", "tflops", "eager_tflops", "model_bytes", "gbps", "peak_mem_mib",
+            "max_abs_err"]  # fmt: skip
     return d[cols].sort_values(["model", "routing", "impl", "tokens"]).reset_index(drop=True)
 
 
@@ -200,8 +229,8 @@ def moe_layer(df: pd.DataFrame, out_png) -> pd.DataFrame:
     d = d[(d["op"] == "moe-layer") & (d["stage"] == "total") & d["impl"].isin(MOE_ORDER)]
     if d.empty:
         raise NoDataError("no ok timed rows of the whole MoE layer")
-    return _lines_vs_tokens(d, MOE_ORDER, "ms_median", "time per layer call (ms)", "MoE layer against its baselines",
-                            out_png)  # fmt: skip
+    return _lines_vs_tokens(d, MOE_ORDER, "ms_median", "eager_ms", "time per layer call (ms)",
+                            "MoE layer against its baselines", out_png)  # fmt: skip
 
 
 def moe_grouped_gemm(df: pd.DataFrame, out_png) -> pd.DataFrame:
@@ -210,7 +239,8 @@ def moe_grouped_gemm(df: pd.DataFrame, out_png) -> pd.DataFrame:
     d = d[(d["op"] == "grouped-gemm") & d["impl"].isin(GROUPED_ORDER)].dropna(subset=["tflops"])
     if d.empty:
         raise NoDataError("no ok timed grouped-GEMM rows")
-    return _lines_vs_tokens(d, GROUPED_ORDER, "tflops", "TFLOP/s", "grouped GEMM (gate projection)", out_png)
+    what = "grouped GEMM (gate projection)"
+    return _lines_vs_tokens(d, GROUPED_ORDER, "tflops", "eager_tflops", "TFLOP/s", what, out_png)
 
 
 # name -> (function, caption file in reports/captions/, section of the report)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import tables
+from analysis import outputs, tables, validate
 
 log = logging.getLogger("pipeline")
 
@@ -51,10 +51,9 @@ def record_environment(
     from analysis.provenance import installed_packages
 
     env = {**check_gpu(expected_gpu), **(extra or {})}
-    Path(out_json).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_json).write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+    outputs.write_text(out_json, json.dumps(env, indent=2, sort_keys=True) + "\n")
     if out_packages:
-        Path(out_packages).write_text("\n".join(installed_packages()) + "\n")
+        outputs.write_text(out_packages, "\n".join(installed_packages()) + "\n")
     log.info("environment: %s", env)
     return env
 
@@ -63,7 +62,7 @@ def run_attention_shard(spec: dict, env_json: str | Path, out_csv: str | Path) -
     """Measure one attention shard on this GPU and write its rows."""
     from analysis.experiments import attention
 
-    env = check_gpu(json.loads(Path(env_json).read_text())["gpu"])
+    env = check_gpu(validate.read_environment(env_json)["gpu"])
     s = attention.Spec(**spec)
     log.info("shard %s: %d points", Path(out_csv).stem, s.points())
     rows = attention.run(s, env, device="cuda", log_line=log.info)
@@ -90,7 +89,7 @@ def run_ops_shard(fields: dict, env_json: str | Path, out_csv: str | Path) -> pd
     from analysis import ops_tables
     from analysis.experiments import moe, ops_grid, quant
 
-    env = check_gpu(json.loads(Path(env_json).read_text())["gpu"])
+    env = check_gpu(validate.read_environment(env_json)["gpu"])
     spec = ops_grid.spec_of(fields)
     log.info("shard %s: %d points", Path(out_csv).stem, spec.points())
     module = quant if fields["family"] == "quant" else moe
@@ -163,8 +162,7 @@ def run_audit(
     claims = audit.load_registry()
     ctx = audit.Context.from_files(table_files, traffic_files, ops_files, compiled_file)
     verdicts = audit.audit(claims, ctx)
-    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    verdicts.to_csv(out_csv, index=False)
+    outputs.write_csv(verdicts, out_csv)
     log.info("audited %d claims into %d verdict rows: %s", len(claims), len(verdicts), audit.summary(verdicts))
     return verdicts
 
@@ -175,8 +173,7 @@ def run_compiled(section: dict, out_csv: str | Path, workers: int = 1) -> pd.Dat
 
     rows = compiled.run(section, workers=workers)
     df = pd.DataFrame(rows)
-    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_csv, index=False)
+    outputs.write_csv(df, out_csv)
     log.info("compiled %d kernel variants (%d failed)", len(df), int((df["status"] != "ok").sum()))
     return df
 
@@ -187,23 +184,27 @@ def render_report(
     out_html: str | Path,
     verdicts_csv: str | Path | None = None,
     comparison_dir: str | Path | None = None,
+    notices: list[str] | None = None,
 ) -> Path:
-    """Render the HTML report. ``gpus``: dicts with slug, source, table, environment, figures_dir."""
+    """Render the HTML report. ``gpus``: dicts with slug, source, table, environment, figures_dir. Every file
+    read is validated first (``analysis.validate``), and the report is written through a temporary file,
+    so a bad input fails this step with the file named and leaves the previous report in place.
+    ``notices``: banners at the top (e.g. that no shipped results are included)."""
     from analysis import ops_tables, report
     from analysis.provenance import git_sha, now_utc
 
     sections = []
     for g in gpus:
-        manifest = json.loads((Path(g["figures_dir"]) / "manifest.json").read_text())
+        manifest = validate.read_figure_manifest(Path(g["figures_dir"]) / "manifest.json")
         if g.get("traffic_figures_dir"):  # the HBM traffic figures, after the attention ones
-            manifest += json.loads((Path(g["traffic_figures_dir"]) / "manifest.json").read_text())
+            manifest += validate.read_figure_manifest(Path(g["traffic_figures_dir"]) / "manifest.json")
         if g.get("ops_figures_dir"):  # the W4A16 and MoE figures, in their own sections
-            manifest += json.loads((Path(g["ops_figures_dir"]) / "manifest.json").read_text())
+            manifest += validate.read_figure_manifest(Path(g["ops_figures_dir"]) / "manifest.json")
         sections.append(
             {
                 "slug": g["slug"],
                 "source": g["source"],
-                "provenance": json.loads(Path(g["environment"]).read_text()),
+                "provenance": validate.read_environment(g["environment"], g["slug"]),
                 "figures": manifest,
                 "table": tables.read_rows([g["table"]]),
                 "ops_table": ops_tables.read_rows([g["ops_table"]]) if g.get("ops_table") else None,
@@ -211,8 +212,11 @@ def render_report(
         )
     checks = tables.read_rows([checks_csv]) if checks_csv else None
     generated = {"timestamp": now_utc(), "git_sha": git_sha()}
-    verdicts = pd.read_csv(verdicts_csv, keep_default_na=False) if verdicts_csv else None
-    comparison = json.loads((Path(comparison_dir) / "manifest.json").read_text()) if comparison_dir else None
+    verdicts = validate.read_csv(verdicts_csv, VERDICTS_SCHEMA, keep_default_na=False) if verdicts_csv else None
+    comparison = validate.read_figure_manifest(Path(comparison_dir) / "manifest.json") if comparison_dir else None
     return report.render_report(
-        out_html, sections, checks, generated=generated, verdicts=verdicts, comparison=comparison
+        out_html, sections, checks, generated=generated, verdicts=verdicts, comparison=comparison, notices=notices
     )
+
+
+VERDICTS_SCHEMA = "verdicts.schema.yaml"

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from analysis import tables
+from analysis import outputs, tables, validate
 from analysis.provenance import now_utc
 
 
@@ -133,7 +133,7 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         "command": command,
         "rows": int(len(df)),
         "statuses": {k: int(v) for k, v in df["status"].value_counts().items()},
-        "environment": json.loads(env_json.read_text()),
+        "environment": validate.read_environment(env_json, gpu),
         "files": {str(d.relative_to(out)): _sha256(d) for d in sorted(copies.values())},
     }
     if ops_summary:
@@ -142,7 +142,8 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         manifest["rows_per_commit"] = {sha: int(per_sha[sha]) for sha in shas}
     if len(all_shas) > 1:
         manifest["measured_code_changes"] = measured_code_diff(all_shas)
-    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    # written last, and whole: a set without its manifest is refused by the workflow (analysis.reference)
+    outputs.write_text(out / "MANIFEST.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out
 
 

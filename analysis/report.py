@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from analysis import outputs, validate
 from analysis.figures import DTYPE_ORDER, MODE_TEXT, OURS, PALETTE, SECTIONS, fa2_mode
 from analysis.tables import STATUSES
 
@@ -198,7 +199,12 @@ def _figure(entry: dict) -> dict:
         out["src"] = _data_uri(entry["png"])
     if entry.get("csv"):
         out["csv_name"] = Path(entry["csv"]).name
-        out["table"] = _table(pd.read_csv(entry["csv"]))
+        try:
+            table = pd.read_csv(entry["csv"])
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise validate.DataError(f"{entry['csv']}: the table behind figure {entry['name']} cannot be read "
+                                     f"({type(exc).__name__}: {exc})") from None  # fmt: skip
+        out["table"] = _table(table)
     return out
 
 
@@ -258,7 +264,8 @@ VERDICT_ORDER = ("holds", "partly", "fails", "inconsistent", "untestable")
 
 
 def verdict_section(verdicts: pd.DataFrame | None, figure_gpus: set[str]) -> dict | None:
-    """Counts per verdict and one entry per verdict row, with a link to the figure showing the data.
+    """Counts per verdict (and of the borderline ones) and one entry per verdict row, with a link to the
+    figure showing the data; a borderline row carries the verdicts its band reaches.
 
     ``figure_gpus``: GPU slugs whose figures are in the report (a link is made only to those).
     """
@@ -266,14 +273,17 @@ def verdict_section(verdicts: pd.DataFrame | None, figure_gpus: set[str]) -> dic
         return None
     v = verdicts.fillna("")
     counts = v["verdict"].value_counts()
+    borderline = v["borderline"].astype(str).str.lower().isin(("true", "1")) if "borderline" in v else None
     rows = []
-    for r in v.to_dict("records"):
+    for i, r in enumerate(v.to_dict("records")):
         link = ""
         if r.get("figure") and r["gpu"] in figure_gpus:
             link = f"#fig-{r['gpu']}-{r['figure']}"
-        rows.append({**{k: str(r[k]) for k in r}, "link": link})
+        edge = bool(borderline.iloc[i]) if borderline is not None else False
+        rows.append({**{k: str(r[k]) for k in r}, "link": link, "is_borderline": edge})
     return {
         "counts": [(k, int(counts.get(k, 0))) for k in VERDICT_ORDER],
+        "borderline": int(borderline.sum()) if borderline is not None else 0,
         "claims": int(v["claim_id"].nunique()),
         "rows": rows,
     }
@@ -288,8 +298,10 @@ def render_report(
     extra_sections: list[dict] | None = None,
     verdicts: pd.DataFrame | None = None,
     comparison: list[dict] | None = None,
+    notices: list[str] | None = None,
 ) -> Path:
-    """Write the report to ``out_html`` and return its path.
+    """Write the report to ``out_html`` (through a temporary file: a failure leaves the last report) and
+    return its path.
 
     ``gpus``: one dict per GPU with ``slug``, ``source``, ``provenance`` (dict), ``figures`` (as
     returned by ``analysis.figures.render_all``) and ``table`` (all result rows of that GPU).
@@ -299,7 +311,8 @@ def render_report(
     ``html``, placed before the GPU sections; their ``html`` is inserted as is, so the caller must
     have escaped any data in it. ``verdicts``: the claims audit (``analysis.audit.COLUMNS``); when
     given, it leads the report. ``comparison``: the cross-GPU figures (``render_all`` entries), shown
-    after it when several GPU types are in the report.
+    after it when several GPU types are in the report. ``notices``: banners at the top (e.g. that no
+    shipped results are included).
     """
     correctness = correctness_table(checks)
     generated = dict(generated or {})
@@ -325,8 +338,6 @@ def render_report(
         checks=_table(correctness) if correctness is not None else None,
         verdicts=verdict_section(verdicts, {g["slug"] for g in gpus}),
         comparison=[_figure(e) for e in comparison] if comparison else None,
+        notices=list(notices or []),
     )
-    out_html = Path(out_html)
-    out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(html, encoding="utf-8")
-    return out_html
+    return outputs.write_text(out_html, html)

@@ -11,7 +11,8 @@ identity       experiment, family, op, impl, dtype, mode (fwd / bwd / fwd+bwd), 
                inputs (the input distribution: normal, or fp8-accuracy's outliers / large)
 outcome        status (ok / oom / unsupported / error / mismatch), message, timed (False for
                correctness-only rows, e.g. the interpreter on a CPU)
-metrics        ms_median, ms_p20, ms_p80, tflops (from ``analysis.flops``, for the row's mode),
+metrics        ms_median, ms_p20, ms_p80 (GPU time), host_ms (the host-side cost of one eager call,
+               ``analysis.harness``), tflops (from ``analysis.flops``, for the row's mode),
                model_bytes (bytes the point must move at minimum, where a byte model applies), gbps
                (model_bytes / median time), pad_waste (share of a padded batch's FLOPs spent on padding),
                peak_mem_mib (peak allocated during one timed call minus what was allocated before it),
@@ -23,16 +24,22 @@ telemetry      sm_clock_mhz, mem_clock_mhz, temp_c, power_w (NVML samples taken 
 provenance     gpu_name, gpu, driver, cuda, torch, triton, python, git_sha, timestamp, kernel_config
 
 Columns in ``OPTIONAL`` were added after tables had been shipped; a table without them still loads and
-gets them as NaN. Any other missing column is an error.
+gets them as NaN (or ``OPTIONAL_DEFAULTS``). They are exactly the schema's columns that it does not
+require (a test keeps the two equal). Any other missing column is an error.
+
+Every file read is validated first (``analysis.validate``: the schema's columns, types, status vocabulary,
+value ranges and row rules), so a truncated, corrupted or inconsistent table fails the step that reads
+it, with the file, line and column named.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
+
+from analysis import outputs, validate
 
 IDENTITY = [
     "experiment",
@@ -56,6 +63,7 @@ METRICS = [
     "ms_median",
     "ms_p20",
     "ms_p80",
+    "host_ms",
     "tflops",
     "model_bytes",
     "gbps",
@@ -83,7 +91,7 @@ PROVENANCE = [
 ]
 COLUMNS = IDENTITY + OUTCOME + METRICS + TELEMETRY + PROVENANCE
 # Added after results were shipped: filled with NaN when an older table lacks them.
-OPTIONAL = ["tokens", "model_bytes", "gbps", "pad_waste", "inputs", "p_underflow", "p_mass_lost"]
+OPTIONAL = ["tokens", "model_bytes", "gbps", "pad_waste", "inputs", "p_underflow", "p_mass_lost", "host_ms"]
 # What an OPTIONAL column means in a table written before it existed (else NaN).
 OPTIONAL_DEFAULTS = {"inputs": "normal"}
 
@@ -108,12 +116,9 @@ def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
 
 
 def write_frame(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
-    """Write a table to ``path`` (CSV) through a temporary file, creating the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)  # a job killed mid-write leaves no half file that looks finished
+    """Write a table to ``path`` (CSV) through a temporary file (``analysis.outputs``), creating the folder:
+    a job killed mid-write leaves no half file that looks finished."""
+    outputs.write_csv(df, path)
     return df
 
 
@@ -122,18 +127,25 @@ def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
     return write_frame(to_frame(rows), path)
 
 
+SCHEMA = "result.schema.yaml"
+
+
 def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Concatenate result CSVs (one per job) into one table with the schema's columns."""
-    return read_tables(paths, COLUMNS, OPTIONAL, OPTIONAL_DEFAULTS, "result")
+    """Concatenate result CSVs (one per job) into one table with the schema's columns, each file validated."""
+    return read_tables(paths, COLUMNS, OPTIONAL, OPTIONAL_DEFAULTS, "result", SCHEMA)
 
 
-def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str = "result") -> pd.DataFrame:
-    """Concatenate CSVs (one per job) into one table with exactly ``columns``. A file without some of the
+def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str = "result",
+                schema: str | None = None) -> pd.DataFrame:  # fmt: skip
+    """Concatenate CSVs (one per job) into one table with exactly ``columns``, each validated against
+    ``schema`` (a file of ``workflow/schemas``; ``analysis.validate``) first. A file without some of the
     ``optional`` columns (written before they existed) gets them as ``defaults`` or NaN, each file on its
     own; any other missing column is an error."""
     defaults = defaults or {}
-    frames = [pd.read_csv(p, keep_default_na=True) for p in paths]
-    frames = [f for f in frames if len(f.columns)]
+    if schema is not None:
+        frames = [validate.read_csv(p, schema) for p in paths]
+    else:
+        frames = [pd.read_csv(p, keep_default_na=True) for p in paths]
     if not frames:
         return pd.DataFrame(columns=columns)
     frames = [f.assign(**{c: defaults.get(c, float("nan")) for c in optional if c not in f.columns})
@@ -146,5 +158,5 @@ def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str
 
 
 def load_provenance(path: str | Path) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    """An ``environment.json``, validated (``analysis.validate.read_environment``)."""
+    return validate.read_environment(path)

@@ -457,12 +457,14 @@ def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
     return tables.write_frame(to_frame(rows), path)
 
 
+SCHEMA = "traffic_result.schema.yaml"
+
+
 def read_rows(path: str | Path) -> pd.DataFrame:
-    df = pd.read_csv(path)
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path} lacks traffic columns {missing}")
-    return df[COLUMNS]
+    """A traffic table, validated against ``workflow/schemas/traffic_result.schema.yaml`` first."""
+    from analysis import validate
+
+    return validate.read_csv(path, SCHEMA)[COLUMNS]
 
 
 # ---- run ---------------------------------------------------------------------------------------------
@@ -597,6 +599,7 @@ def run(spec: Spec | dict, env: dict, out_csv: str | Path, workdir: str | Path,
 def run_job(spec: dict, env_json: str | Path, out_csv: str | Path, workdir: str | Path) -> pd.DataFrame:
     """The workflow's entry point: check the GPU type named by the result set, then ``run``."""
     from analysis.pipeline import check_gpu
+    from analysis.validate import read_environment
 
-    env = check_gpu(json.loads(Path(env_json).read_text())["gpu"])
+    env = check_gpu(read_environment(env_json)["gpu"])
     return run(spec, env, out_csv, workdir, log_line=log.info)

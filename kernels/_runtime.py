@@ -1,4 +1,5 @@
-"""Runtime facts shared by every kernel launcher: interpreter mode and input checks.
+"""Runtime facts shared by every kernel launcher: interpreter mode, input checks, host copies of small
+device tensors.
 
 Triton decides at import time whether ``@triton.jit`` functions run compiled or in the interpreter
 (``TRITON_INTERPRET=1``), so the same switch is read here once and the launchers agree with it.
@@ -9,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import operator
 import os
+import weakref
 
+import numpy as np
 import torch
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -36,6 +40,28 @@ def check_device(*tensors: torch.Tensor, names: tuple[str, ...]) -> None:
         raise ValueError(f"unsupported device {device}; Triton kernels here run on CUDA GPUs")
 
 
+def check_flag(name: str, value) -> bool:
+    """A boolean argument as a bool: True or False (a NumPy bool too). Anything else is refused, a string
+    above all: ``causal="False"`` is truthy and would silently run the causal kernel."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
+def check_int(name: str, value, minimum: int | None = None) -> int:
+    """An integer argument as an int (a NumPy or torch integer too, not a bool or a float), at least
+    ``minimum`` when given."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
 def device_guard(t: torch.Tensor):
     """A ``torch.cuda.device`` guard for a launch on t's GPU, only when that is not the current device (the
     guard costs host time); a null context otherwise."""
@@ -49,6 +75,34 @@ def softmax_scale(head_dim: int, sm_scale: float | None) -> float:
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
     return scale
+
+
+# Host copies of small device tensors already read (offsets that a launcher validates), so that calls
+# repeating one tensor (a training step, a timed loop, a CUDA graph's capture after a warm-up call) do not
+# synchronise with the GPU again: keyed by the tensor's identity, valid while its version counter (bumped
+# by every in-place write through torch, views included) is unchanged. Writes that bypass torch (a Triton
+# kernel storing into the tensor, a CUDA graph replaying a copy into it) do not bump the counter: refill such
+# a tensor through torch (``copy_``) to have it read again.
+_HOST_VALUES: dict[int, tuple[weakref.ref, int, tuple[int, ...]]] = {}
+
+
+def host_values(t: torch.Tensor) -> tuple[int, ...]:
+    """``t.tolist()`` of a 1-D integer tensor, from the cache above when ``t`` is an unmodified GPU tensor
+    read before (no synchronisation then); CPU tensors are read every time (nothing to save)."""
+    if t.device.type != "cuda":
+        return tuple(t.tolist())
+    try:
+        version = t._version
+    except RuntimeError:  # inference tensors keep no version counter: read them every time
+        return tuple(t.tolist())
+    seen = _HOST_VALUES.get(id(t))
+    if seen is not None and seen[0]() is t and seen[1] == version:
+        return seen[2]
+    values = tuple(t.tolist())  # one device-to-host copy (a synchronisation on a GPU)
+    if len(_HOST_VALUES) >= 64:
+        _HOST_VALUES.clear()
+    _HOST_VALUES[id(t)] = (weakref.ref(t), version, values)
+    return values
 
 
 @functools.cache
@@ -73,15 +127,17 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-def check_bf16(dtype: torch.dtype, device: torch.device) -> None:
+def check_bf16(dtype: torch.dtype, device: torch.device, name: str = "") -> None:
     """bfloat16 inputs need a GPU of compute capability 8.0 or newer, and are refused in the interpreter
-    (Triton's interpreter mis-computes tl.dot on bfloat16, triton-lang/triton#11584)."""
+    (Triton's interpreter mis-computes tl.dot on bfloat16, triton-lang/triton#11584). ``name``: the
+    argument, for the message."""
     if dtype != torch.bfloat16:
         return
+    what = f"{name} has dtype torch.bfloat16: " if name else ""
     if device.type == "cpu":
-        raise TypeError("bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
+        raise TypeError(f"{what}bfloat16 is not supported in Triton's interpreter (wrong tl.dot results); use float16")
     if device.type == "cuda" and compute_capability(device) < (8, 0):
-        raise TypeError("bfloat16 needs a GPU of compute capability 8.0 or newer")
+        raise TypeError(f"{what}bfloat16 needs a GPU of compute capability 8.0 or newer")
 
 
 class LaunchCache:

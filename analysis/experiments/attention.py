@@ -336,7 +336,7 @@ def short(message: str) -> str:
     return f" ({message[:120]})" if message else ""
 
 
-_METRICS = ("ms_median", "ms_p20", "ms_p80", "tflops", "model_bytes", "gbps", "pad_waste", "peak_mem_mib",
+_METRICS = ("ms_median", "ms_p20", "ms_p80", "host_ms", "tflops", "model_bytes", "gbps", "pad_waste", "peak_mem_mib",
             "max_abs_err", "rms_err", "ref_err", "err_bound", "p_underflow", "p_mass_lost", "sm_clock_mhz",
             "mem_clock_mhz", "temp_c", "power_w")  # fmt: skip
 

@@ -65,15 +65,30 @@ def _timing(att: dict, exp: dict) -> dict:
     return dict(warmup_ms=pick("warmup_ms"), rep_ms=pick("rep_ms"), check_rows=att["check_rows"])
 
 
+def _checked(section: str, name: str, fields: dict) -> dict:
+    """``fields`` after the checks that tie config fields together, made when the workflow is planned so that
+    a bad combination fails there with its config section named, not in a job: ``Spec``'s own checks and
+    the shape of every point (e.g. hidden a multiple of head_dim)."""
+    try:
+        spec = Spec(**fields)
+        for i in range(len(spec.seqlens)):
+            spec.shape(i)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"attention.{section} (shard {name}): {exc}") from None
+    return fields
+
+
 def attention_shards(att: dict) -> dict[str, dict]:
     """Shard name → Spec fields for every GPU benchmark job of the ``attention`` config section."""
     shards: dict[str, dict] = {}
+    section = {"fa2-setting": "fa2_setting", "fa1-setting": "fa1_setting", "gain-surface": "gain_surface",
+               "block-sweep": "block_sweep", "rescale-ablation": "rescale_ablation", "fp8-speed": "fp8_speed",
+               "fp8-accuracy": "fp8_accuracy"}  # fmt: skip
 
     def add(name: str, **fields) -> None:
         if name in shards:
             raise ValueError(f"the attention config makes shard {name!r} twice (overlapping grids)")
-        Spec(**fields)  # a bad combination fails when the workflow is planned, not in a GPU job
-        shards[name] = fields
+        shards[name] = _checked(section.get(fields["experiment"], fields["experiment"]), name, fields)
 
     fa2 = att["fa2_setting"]
     if fa2.get("enabled", True):
@@ -160,6 +175,22 @@ def attention_shards(att: dict) -> dict[str, dict]:
                 add(shard_name("varlen", var["dtype"], var["head_dim"], causal, mode), experiment="varlen",
                     dtype=var["dtype"], head_dim=var["head_dim"], causal=causal, mode=mode, seqlens=var["seqlens"],
                     impls=var["impls"], heads=var["heads"], **_timing(att, var))  # fmt: skip
+    return shards
+
+
+def interpreter_shards(att: dict) -> dict[str, dict]:
+    """Shard name → Spec fields for the interpreter checks (CPU, correctness only) of ``attention.interpreter_check``:
+    one per (dtype, head_dim, causal), our kernel at every (seqlens[i], seqlen_k[i])."""
+    c = att["interpreter_check"]
+    shards = {}
+    for dtype in c["dtypes"]:
+        for d in c["head_dims"]:
+            for causal in c["causal"]:
+                name = f"check_{dtype}_d{d}_{_flag(causal)}"
+                fields = dict(experiment="interpreter-check", dtype=dtype, head_dim=d, causal=causal,
+                              seqlens=c["seqlens"], seqlen_k=c["seqlen_k"], batch=c["batch"], heads=c["heads"],
+                              impls=["ours-fa2"], check_rows=att["check_rows"])  # fmt: skip
+                shards[name] = _checked("interpreter_check", name, fields)
     return shards
 
 
@@ -257,11 +288,13 @@ def format_budget(b: dict[str, dict]) -> list[str]:
 
 def load_config(paths) -> dict:
     """The workflow config as Snakemake builds it from config files: later files update earlier ones
-    (nested mappings merged, anything else replaced), then the schema's defaults fill what is unset."""
+    (nested mappings merged, anything else replaced), then checked and completed as the Snakefile does
+    (``analysis.configuration.validate_config``: the schema, its defaults, the cross-field checks)."""
     from pathlib import Path
 
     import yaml
-    from snakemake.utils import validate
+
+    from analysis.configuration import validate_config
 
     config: dict = {}
 
@@ -274,7 +307,7 @@ def load_config(paths) -> dict:
 
     for p in paths:
         merge(config, yaml.safe_load(Path(p).read_text()))
-    validate(config, str(Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"))
+    validate_config(config, Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml")
     return config
 
 

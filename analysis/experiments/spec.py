@@ -55,6 +55,19 @@ DEFAULT_REP_MS = 100
 CONFIG_PATTERN = re.compile(r"^BLOCK_M=\d+,BLOCK_N=\d+,num_warps=\d+,num_stages=\d+$")
 
 
+def _check_tiles(text: str) -> None:
+    """The rule FA2Config (kernels/attention/fa2.py) enforces when it is made, checked here without Triton:
+    BLOCK_M and BLOCK_N powers of two >= 16, num_warps a power of two, num_stages >= 1."""
+    fields = {k: int(v) for k, v in (part.split("=") for part in text.split(","))}
+    for key in ("BLOCK_M", "BLOCK_N"):
+        if fields[key] < 16 or fields[key] & (fields[key] - 1):
+            raise ValueError(f"FA-2 config {text!r}: {key} must be a power of two >= 16, got {fields[key]}")
+    if fields["num_warps"] < 1 or fields["num_warps"] & (fields["num_warps"] - 1):
+        raise ValueError(f"FA-2 config {text!r}: num_warps must be a power of two, got {fields['num_warps']}")
+    if fields["num_stages"] < 1:
+        raise ValueError(f"FA-2 config {text!r}: num_stages must be >= 1, got {fields['num_stages']}")
+
+
 @dataclasses.dataclass
 class Spec:
     """One shard of the attention grid (see ``workflow/config.yaml`` for what each field means)."""
@@ -98,7 +111,10 @@ class Spec:
         if self.mode != "fwd" and self.experiment in FORWARD_ONLY:
             raise ValueError(f"experiment {self.experiment!r} measures the forward pass only, got mode {self.mode!r}")
         if self.seqlen_k is not None and len(self.seqlen_k) != len(self.seqlens):
-            raise ValueError("seqlen_k must list one key length per entry of seqlens")
+            raise ValueError(
+                f"seqlen_k must list one key length per entry of seqlens: {len(self.seqlen_k)} key lengths "
+                f"{list(self.seqlen_k)} for {len(self.seqlens)} query lengths {list(self.seqlens)}"
+            )
         if self.heads_kv is not None and (self.heads_kv < 1 or self.heads % self.heads_kv):
             raise ValueError(f"heads_kv {self.heads_kv} must divide heads {self.heads}")
         if self.experiment == "block-sweep":
@@ -107,6 +123,7 @@ class Spec:
             for text in self.configs:  # a typo fails when the workflow is planned, not in a GPU job
                 if not CONFIG_PATTERN.match(text):
                     raise ValueError(f"cannot parse FA-2 config {text!r}: expected the form {CONFIG_PATTERN.pattern}")
+                _check_tiles(text)
         elif self.configs:
             raise ValueError(f"configs apply to block-sweep only, not to {self.experiment!r}")
         if self.inputs not in INPUTS:

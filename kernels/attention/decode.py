@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, device_guard, multiprocessor_count, softmax_scale
+from kernels._runtime import INTERPRET, check_flag, check_int, device_guard, multiprocessor_count, softmax_scale
 from kernels.attention.fa2 import _attn_fwd_inner, _check_inputs
 
 __all__ = ["attention", "forward", "choose_splits", "last_splits", "MAX_QUERY_LEN"]
@@ -161,7 +161,14 @@ def forward(
     *,
     num_splits: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split-KV decoding attention. Returns ``(out [B, H, Nq, d], lse [B, H, Nq] float32)``."""
+    """Split-KV decoding attention. Returns ``(out [B, H, Nq, d], lse [B, H, Nq] float32)``.
+
+    ``num_splits``: the number of key chunks (an int >= 1; rounded to whole key blocks, ``last_splits()``
+    says what ran); None chooses it from the shape (``choose_splits``).
+    """
+    causal = check_flag("causal", causal)
+    if num_splits is not None:
+        num_splits = check_int("num_splits", num_splits, minimum=1)
     _check_inputs(q, k, v)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
@@ -173,8 +180,6 @@ def forward(
     if out.numel() == 0 or seqlen_k == 0:  # no keys: every row sees nothing
         return out.zero_(), lse.fill_(float("-inf"))
     splits = num_splits or choose_splits(b * h, seqlen_k, q.device)
-    if splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {splits}")
     chunk = triton.cdiv(triton.cdiv(seqlen_k, splits), BLOCK_N) * BLOCK_N
     splits = triton.cdiv(seqlen_k, chunk)  # no empty trailing split
     _LAST_SPLITS[0] = splits
@@ -186,7 +191,7 @@ def forward(
             q, k, v, part_o, part_lse,
             *q.stride(), *k.stride(), *v.stride(),
             h, h // k.shape[1], seqlen_q, seqlen_k, chunk, float(sm_scale),
-            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), IS_FP32=q.dtype == torch.float32,
+            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
             EVEN_D=d == block_d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
         )  # fmt: skip
         _decode_merge_kernel[(b * h * seqlen_q,)](
@@ -196,8 +201,11 @@ def forward(
     return out, lse
 
 
-def attention(q, k, v, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
-    """Decoding attention for ``[B, H, 1…16, d]`` queries against ``[B, H_kv, Nk, d]`` keys and values."""
+def attention(
+    q, k, v, causal: bool = False, sm_scale: float | None = None, *, num_splits: int | None = None
+) -> torch.Tensor:
+    """Decoding attention for ``[B, H, 1…16, d]`` queries against ``[B, H_kv, Nk, d]`` keys and values
+    (``num_splits`` as ``forward``)."""
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
         raise NotImplementedError("decoding attention is inference-only; use kernels.attention.fa2 for training")
-    return forward(q, k, v, causal=causal, sm_scale=sm_scale)[0]
+    return forward(q, k, v, causal=causal, sm_scale=sm_scale, num_splits=num_splits)[0]

@@ -34,8 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, device_guard, softmax_scale
-from kernels.attention.fa2 import _check_inputs
+from kernels._runtime import INTERPRET, check_flag, check_int, device_guard, softmax_scale
+from kernels.attention.fa2 import _check_grad_shapes, _check_inputs
 
 __all__ = ["attention", "forward", "backward", "DEFAULT_BLOCKS"]
 
@@ -219,6 +219,21 @@ def _fa1_bwd_kernel(
 # ---------------------------------------------------------------------------------------------------
 
 
+def _blocks(blocks) -> tuple[int, int]:
+    """(Br, Bc): ``DEFAULT_BLOCKS`` or two powers of two >= 16."""
+    if blocks is None:
+        return DEFAULT_BLOCKS
+    if not isinstance(blocks, (tuple, list)) or len(blocks) != 2:
+        raise TypeError(f"blocks must be a pair (Br, Bc), got {blocks!r}")
+    out = []
+    for name, blk in zip(("Br", "Bc"), blocks, strict=True):
+        blk = check_int(f"blocks {name}", blk)
+        if blk < 16 or blk & (blk - 1):
+            raise ValueError(f"{name} must be a power of two >= 16, got {blk}")
+        out.append(blk)
+    return out[0], out[1]
+
+
 def forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -232,16 +247,14 @@ def forward(
 
     ``blocks`` = (Br, Bc), powers of two ≥ 16; default ``DEFAULT_BLOCKS``.
     """
+    causal = check_flag("causal", causal)
     _check_inputs(q, k, v)
     if k.shape[1] != q.shape[1]:
         raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
-    block_r, block_c = blocks or DEFAULT_BLOCKS
-    for name, blk in (("Br", block_r), ("Bc", block_c)):
-        if blk < 16 or blk & (blk - 1):
-            raise ValueError(f"{name} must be a power of two >= 16, got {blk}")
+    block_r, block_c = _blocks(blocks)
     out = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)
     row_sum = torch.zeros((b, h, seqlen_q), device=q.device, dtype=torch.float32)
     row_max = torch.full((b, h, seqlen_q), float("-inf"), device=q.device, dtype=torch.float32)
@@ -262,19 +275,23 @@ def forward(
 def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None = None, *, blocks=None):
     """Algorithm 4's gradients (dq, dk, dv); P recomputed from the saved logsumexp (the paper keeps ℓ and
     m, the same information). dQ is accumulated in fp32 in HBM, read and written at every step."""
+    causal = check_flag("causal", causal)
     _check_inputs(q, k, v)
+    if k.shape[1] != q.shape[1]:
+        raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
-    if do.shape != q.shape:
-        raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q.shape)}")
+    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
     sm_scale = softmax_scale(d, sm_scale)
-    block_r, block_c = blocks or DEFAULT_BLOCKS
+    block_r, block_c = _blocks(blocks)
     dq = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=torch.float32)
     dk = torch.zeros((b, h, seqlen_k, d), device=q.device, dtype=q.dtype)
     dv = torch.zeros((b, h, seqlen_k, d), device=q.device, dtype=q.dtype)
     if q.numel() and k.numel():
         do = do.to(q.dtype)
-        delta = (do.float() * out.float()).sum(-1).contiguous()
+        # Δ = rowsum(dO ∘ O) in fp32, summed in one order whatever the layouts of dO and O (a strided sum
+        # reduces in another order, and dQ would differ in the last bit with the layout)
+        delta = (do.float().contiguous() * out.float().contiguous()).sum(-1)
         with device_guard(q):
             _fa1_bwd_kernel[(b * h,)](
                 q, k, v, do, lse.contiguous(), delta, dq, dk, dv,

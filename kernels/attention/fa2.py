@@ -51,15 +51,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import operator
 import os
-import weakref
 from typing import NamedTuple
 
 import torch
 import triton
 
-from kernels._runtime import INTERPRET, check_bf16, check_device, device_guard, softmax_scale
+from kernels._runtime import (
+    INTERPRET,
+    check_bf16,
+    check_device,
+    check_flag,
+    check_int,
+    device_guard,
+    host_values,
+    softmax_scale,
+)
 from kernels.attention.fa2_kernels import (
     _attn_bwd_delta_kernel,
     _attn_bwd_dkdv_kernel,
@@ -106,6 +113,16 @@ class FA2Config:
     block_n: int
     num_warps: int
     num_stages: int
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):  # tl.arange and tl.dot: powers of two, at least 16
+            value = check_int(name, getattr(self, name))
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"FA2Config {name} must be a power of two >= 16, got {value}")
+        warps = check_int("num_warps", self.num_warps)
+        if warps < 1 or warps & (warps - 1):
+            raise ValueError(f"FA2Config num_warps must be a power of two >= 1, got {warps}")
+        check_int("num_stages", self.num_stages, minimum=1)
 
     def to_triton(self) -> triton.Config:
         return triton.Config(
@@ -408,7 +425,7 @@ def check_shapes(q, k, v, names: tuple[str, str, str] = ("q", "k", "v"), dense: 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Dense ``[batch, heads, seq, head_dim]`` inputs (also used by fa1.py and decode.py)."""
     _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True)
-    check_bf16(q.dtype, q.device)
+    check_bf16(q.dtype, q.device, "q")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,29 +439,6 @@ class _Packing:
     max_k: int
 
 
-# Host copies of GPU offsets already read, so that calls repeating one cu_seqlens tensor (a training step,
-# a timed loop) do not synchronise with the GPU again: keyed by the tensor's identity, valid while its
-# version counter (bumped by every in-place write through torch, views included) is unchanged.
-_OFFSETS_SEEN: dict[int, tuple[weakref.ref, int, tuple[int, ...]]] = {}
-
-
-def _host_offsets(cu: torch.Tensor) -> tuple[int, ...]:
-    if cu.device.type != "cuda":
-        return tuple(cu.tolist())  # no synchronisation to save
-    try:
-        version = cu._version
-    except RuntimeError:  # inference tensors keep no version counter: read them every time
-        return tuple(cu.tolist())
-    seen = _OFFSETS_SEEN.get(id(cu))
-    if seen is not None and seen[0]() is cu and seen[1] == version:
-        return seen[2]
-    values = tuple(cu.tolist())  # one device-to-host copy (a synchronisation on a GPU)
-    if len(_OFFSETS_SEEN) >= 64:
-        _OFFSETS_SEEN.clear()
-    _OFFSETS_SEEN[id(cu)] = (weakref.ref(cu), version, values)
-    return values
-
-
 def _check_offsets(name: str, cu, total: int, tokens: str, device: torch.device) -> tuple[int, ...]:
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of int32 offsets, got {type(cu).__name__}")
@@ -454,7 +448,7 @@ def _check_offsets(name: str, cu, total: int, tokens: str, device: torch.device)
         raise ValueError(f"{name} must be 1-D with batch + 1 entries, got shape {tuple(cu.shape)}")
     if cu.device != device:
         raise ValueError(f"{name} is on {cu.device} but q is on {device}; put the offsets on q's device")
-    values = _host_offsets(cu)
+    values = host_values(cu)
     if values[0] != 0:
         raise ValueError(f"{name} must start at 0, got {values[0]}")
     for i in range(1, len(values)):
@@ -467,23 +461,25 @@ def _check_offsets(name: str, cu, total: int, tokens: str, device: torch.device)
     return values
 
 
-def _check_max(name: str, given, longest: int) -> int:
+def _check_max(name: str, given, longest: int, total: int) -> int:
+    """The longest sequence the grid is sized for: ``longest`` by default; a given bound must be an int of at
+    least ``longest``, and is used up to ``total`` only: no sequence is longer than all the tokens, and the
+    programs past them would only return at once (a static bound of 10**7 for 10 tokens launched 10**7 rows'
+    worth, minutes in the interpreter)."""
     if given is None:
         return longest
     try:
-        if isinstance(given, bool):
-            raise TypeError
-        given = operator.index(given)
+        given = check_int(name, given)
     except TypeError:
         raise TypeError(f"{name} must be an int or None, got {type(given).__name__}") from None
     if given < longest:
         raise ValueError(f"{name}={given} is shorter than the longest sequence in the batch ({longest})")
-    return given
+    return min(given, total)
 
 
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> _Packing:
     _check_tensors(q, k, v, 3, "[total_tokens, heads, head_dim]")
-    check_bf16(q.dtype, q.device)
+    check_bf16(q.dtype, q.device, "q")
     if k.shape[2] != q.shape[2]:
         raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in head_dim")
     offs_q = _check_offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], "q", q.device)
@@ -496,7 +492,8 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     longest_k = max((b - a for a, b in itertools.pairwise(offs_k)), default=0)
     return _Packing(
         cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), len(offs_q) - 1,
-        _check_max("max_seqlen_q", max_seqlen_q, longest_q), _check_max("max_seqlen_k", max_seqlen_k, longest_k),
+        _check_max("max_seqlen_q", max_seqlen_q, longest_q, q.shape[0]),
+        _check_max("max_seqlen_k", max_seqlen_k, longest_k, k.shape[0]),
     )  # fmt: skip
 
 
@@ -564,6 +561,7 @@ def forward(
     the same attention up to rounding; eager costs an extra multiply and a division per tile.
     """
     eager = _eager_rescale(rescale)
+    causal = check_flag("causal", causal)
     _check_inputs(q, k, v)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
@@ -618,6 +616,7 @@ def forward_varlen(
     gives zeros and a logsumexp of -inf, as a row that sees no key does in the dense layout.
     """
     eager = _eager_rescale(rescale)
+    causal = check_flag("causal", causal)
     packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     sm_scale = softmax_scale(q.shape[2], sm_scale)
     return _forward_packed(q, k, v, packing, causal, sm_scale, config, eager)
@@ -650,9 +649,10 @@ def backward(
     smaller tiles where they do not fit). ``last_bwd_config()`` reports what ran. Returns tensors in the
     input dtype, contiguous, shaped like q, k, v.
     """
+    causal = check_flag("causal", causal)
     _check_inputs(q, k, v)
     b, h, seqlen_q, d = q.shape
-    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q))
+    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
     sm_scale = softmax_scale(d, sm_scale)
     configs = _bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
     _LAST_BWD_CONFIG[0] = configs
@@ -672,7 +672,20 @@ def backward(
     return dq, dk, dv
 
 
-def _check_grad_shapes(do, out, lse, q_shape, lse_shape) -> None:
+def _check_grad_shapes(do, out, lse, q_shape, lse_shape, q: torch.Tensor | None = None) -> None:
+    """The backward's side inputs: tensors of the forward's shapes (``do`` and ``out`` like q, ``lse`` of
+    ``lse_shape``) on q's device; ``out`` in q's dtype (its rows are read in it), ``lse`` float32."""
+    for name, t in (("grad_out", do), ("out", out), ("lse", lse)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if q is not None and t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if q is not None and out.dtype != q.dtype:
+        raise TypeError(f"out must have q's dtype {q.dtype} (the forward's output), got {out.dtype}")
+    if lse.dtype != torch.float32:
+        raise TypeError(f"lse must be float32 (the forward's logsumexp), got {lse.dtype}")
+    if not do.is_floating_point():
+        raise TypeError(f"grad_out must be floating point, got {do.dtype}")
     if do.shape != q_shape:
         raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q_shape)}")
     if out.shape != q_shape:
@@ -721,8 +734,9 @@ def backward_varlen(
 
     The same deterministic two-pass backward as ``backward``, on packed sequences; configurations as there.
     """
+    causal = check_flag("causal", causal)
     packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _check_grad_shapes(do, out, lse, q.shape, (q.shape[1], q.shape[0]))
+    _check_grad_shapes(do, out, lse, q.shape, (q.shape[1], q.shape[0]), q)
     sm_scale = softmax_scale(q.shape[2], sm_scale)
     return _backward_packed(do, q, k, v, out, lse, packing, causal, sm_scale, dkdv_config, dq_config)
 
@@ -854,7 +868,8 @@ def attention_varlen(
             0, never decrease and end at total_q / total_k. Sequences of length 0 are allowed, and a
             sequence's query and key lengths may differ.
         max_seqlen_q, max_seqlen_k: the longest query / key sequence (they size the grid); computed from
-            the offsets when None, and refused when shorter than the longest.
+            the offsets when None, refused when shorter than the longest, and a bound above the token count
+            (a static bound for a CUDA graph, say) sizes the grid by the token count.
         causal: per sequence, aligned to its bottom-right corner (query i of n_q sees key j iff
             ``j <= i + n_k - n_q``); a query that sees no key gives zeros.
         sm_scale: score scale, default ``1/sqrt(d)``.
@@ -866,6 +881,7 @@ def attention_varlen(
     the same, unmodified tensor reuse that copy. Raises ``TypeError``/``ValueError`` for bad offsets
     (dtype, length, start, order, end, device) and everything ``attention`` refuses.
     """
+    causal = check_flag("causal", causal)
     packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     sm_scale = softmax_scale(q.shape[2], sm_scale)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):

@@ -61,7 +61,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_device, compute_capability, device_guard, softmax_scale
+from kernels._runtime import INTERPRET, check_device, check_flag, compute_capability, device_guard, softmax_scale
 from kernels.attention.fa2 import FA2Config, _check_tensors, check_shapes
 from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
 from kernels.attention.reference import P_SCALE, _scores, _values, round_p
@@ -509,6 +509,7 @@ def forward_quantized(
     Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
     shapes, scales, block sizes or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
     """
+    causal = check_flag("causal", causal)
     _check_fp8_inputs(q8, k8, v8)
     _check_p_scale(p_scale)
     if out_dtype not in OUT_DTYPES:
@@ -577,6 +578,8 @@ def attention(
 
     Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable.
     """
+    causal = check_flag("causal", causal)
+    rotate = check_flag("rotate", rotate)
     _check_granularity(granularity)
     _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=OUT_DTYPES,
                    dtype_note="FP8 attention takes float16 or bfloat16 inputs")  # fmt: skip

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels._runtime import check_device, check_flag
 from kernels.moe import routing
 from kernels.moe.grouped_gemm import SUPPORTED_DTYPES, grouped_gemm
 
@@ -35,11 +36,19 @@ def _check_inputs(x, router_logits, w_gate, w_up, w_down) -> None:
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if x.dim() != 2:
         raise ValueError(f"x must be [tokens, H], got shape {tuple(x.shape)}")
+    h = x.shape[1]
+    # the weights define the experts; the router's logits must have one column per expert
+    if w_gate.dim() != 3 or w_gate.shape[1] != h:
+        raise ValueError(f"w_gate must be [E, H, F] = [E, {h}, F] (H from x), got {tuple(w_gate.shape)}")
+    e = w_gate.shape[0]
     if router_logits.dim() != 2 or router_logits.shape[0] != x.shape[0]:
-        raise ValueError(f"router_logits must be [tokens, E] = [{x.shape[0]}, E], got {tuple(router_logits.shape)}")
-    e, h = router_logits.shape[1], x.shape[1]
-    if w_gate.dim() != 3 or w_gate.shape[:2] != (e, h):
-        raise ValueError(f"w_gate must be [E, H, F] = [{e}, {h}, F], got {tuple(w_gate.shape)}")
+        raise ValueError(f"router_logits must be [tokens, E] = [{x.shape[0]}, E] (tokens from x), got "
+                         f"{tuple(router_logits.shape)}")  # fmt: skip
+    if router_logits.shape[1] != e:
+        raise ValueError(
+            f"router_logits has {router_logits.shape[1]} expert columns but w_gate has {e} experts (its dim 0): "
+            f"router_logits must be [tokens, E] = [{x.shape[0]}, {e}], got {tuple(router_logits.shape)}"
+        )
     if w_up.shape != w_gate.shape:
         raise ValueError(f"w_up must have w_gate's shape {tuple(w_gate.shape)}, got {tuple(w_up.shape)}")
     f = w_gate.shape[2]
@@ -50,8 +59,7 @@ def _check_inputs(x, router_logits, w_gate, w_up, w_down) -> None:
     for name, t in zip(names[2:], tensors[2:], strict=True):
         if t.dtype != x.dtype:
             raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")
-    if router_logits.device != x.device:
-        raise ValueError(f"router_logits is on {router_logits.device}, x on {x.device}")
+    check_device(*tensors, names=names)
 
 
 def moe_ffn(
@@ -70,6 +78,7 @@ def moe_ffn(
     it the weights are the softmax probabilities of the chosen experts.
     """
     _check_inputs(x, router_logits, w_gate, w_up, w_down)
+    renormalize = check_flag("renormalize", renormalize)
     weights, expert_ids = routing.route(router_logits, top_k, renormalize)
     plan = routing.dispatch(expert_ids, router_logits.shape[1])
     ys = expert_ffn(routing.gather(x, plan), plan, w_gate, w_up, w_down)

@@ -34,8 +34,8 @@ at 256 tokens, 0.94–1.00× at 4096 on the DeepSeek- and Qwen-like shapes, 0.80
 (K = 4096, N = 14336), where CUTLASS's persistent TMA kernel keeps its lead. (Timed before the wait, with
 torch._grouped_mm's host time partly inside the interval: 1.02–1.05× at 4096 on those shapes.)
 
-Layers, top to bottom: the ``@triton.jit`` kernel; configuration; the launcher checks; the public
-function ``grouped_gemm`` (allocation, grid, launch).
+Layers, top to bottom: the ``@triton.jit`` kernel; configuration; the launcher checks and the launch (through
+``kernels._runtime.LaunchCache``); the public function ``grouped_gemm`` (allocation, grid).
 """
 
 from __future__ import annotations
@@ -46,7 +46,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, check_bf16, check_device
+from kernels._runtime import (
+    INTERPRET,
+    LaunchCache,
+    check_bf16,
+    check_device,
+    check_flag,
+    device_guard,
+    host_values,
+)
 
 __all__ = ["GroupedGemmConfig", "default_config", "grouped_gemm"]
 
@@ -65,7 +73,8 @@ def _grouped_gemm_kernel(
     B,  # [E, K, N]
     B2,  # [E, K, N]: the up projection when FUSE_SWIGLU, else unused
     C,  # [rows, N]
-    Offsets,  # [E] int32: cumulative end offsets of the segments
+    Offsets,  # [E] int32: cumulative end offsets of the segments (any stride)
+    stride_off,
     num_experts,
     max_tiles,  # ceil(rows / BLOCK_M) + E: a host-known bound on the row tiles of all segments
     N,
@@ -102,8 +111,8 @@ def _grouped_gemm_kernel(
     # Which expert owns row tile pid_m, from the offsets alone (no tile map built on the host side):
     # each expert's segment is ceil(count / BLOCK_M) tiles, laid end to end in expert order.
     e = tl.arange(0, E_POW2)
-    ends = tl.load(Offsets + e, mask=e < num_experts, other=0)
-    starts = tl.load(Offsets + e - 1, mask=(e > 0) & (e < num_experts), other=0)
+    ends = tl.load(Offsets + e * stride_off, mask=e < num_experts, other=0)
+    starts = tl.load(Offsets + (e - 1) * stride_off, mask=(e > 0) & (e < num_experts), other=0)
     tiles = (ends - starts + BLOCK_M - 1) // BLOCK_M  # 0 for empty experts and for the padding lanes
     tile_end = tl.cumsum(tiles, 0)
     if pid_m >= tl.sum(tiles):  # past the last tile of the last non-empty expert
@@ -230,16 +239,34 @@ def _check_inputs(
     if expert_offsets.shape != (b.shape[0],):
         raise ValueError(f"expert_offsets must be [E] = [{b.shape[0]}], got shape {tuple(expert_offsets.shape)}")
     check_device(*(t for _, t in named), names=tuple(n for n, _ in named))
-    check_bf16(a.dtype, a.device)
-    if check_offsets:  # reads the offsets back: one device-to-host synchronisation
-        offsets = expert_offsets.cpu().long()
-        if (offsets < 0).any() or (offsets.diff() < 0).any():
-            raise ValueError(f"expert_offsets must be non-negative and non-decreasing, got {offsets.tolist()}")
-        if offsets[-1].item() != a.shape[0]:
+    check_bf16(a.dtype, a.device, "a")
+    if check_flag("check_offsets", check_offsets):
+        # the values on the host: one device-to-host copy the first time a GPU tensor is seen, none on later
+        # calls with the same unmodified tensor (kernels._runtime.host_values), so that a steady-state call,
+        # and a CUDA graph captured after a first call, do not synchronise
+        offsets = host_values(expert_offsets)
+        if min(offsets) < 0 or any(hi < lo for lo, hi in zip(offsets, offsets[1:], strict=False)):
+            raise ValueError(f"expert_offsets must be non-negative and non-decreasing, got {list(offsets)}")
+        if offsets[-1] != a.shape[0]:
             raise ValueError(
                 f"expert_offsets must end at total_rows = {a.shape[0]} (cumulative END offsets), "
-                f"got last offset {offsets[-1].item()}"
+                f"got last offset {offsets[-1]}"
             )
+
+
+# launches after the first of each kind skip Triton's per-call binding of 25 arguments (kernels._runtime.LaunchCache)
+_KERNEL = LaunchCache(_grouped_gemm_kernel)
+
+
+def _launch(grid, a, b, b2, out, expert_offsets, num_experts, max_tiles, n, k, cfg, fuse) -> None:
+    _KERNEL.launch(
+        (grid[0], 1, 1),
+        (a, b, b2, out, expert_offsets, expert_offsets.stride(0), num_experts, max_tiles, n, k,
+         *a.stride(), *b.stride(), *b2.stride(), *out.stride()),
+        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, FUSE_SWIGLU=fuse,
+             IS_FP32=a.dtype == torch.float32, E_POW2=triton.next_power_of_2(num_experts), GROUP_M=GROUP_M),
+        cfg.num_warps, cfg.num_stages,
+    )  # fmt: skip
 
 
 def grouped_gemm(
@@ -259,8 +286,11 @@ def grouped_gemm(
 
     ``swiglu_b [E, K, N]``: fuse a SwiGLU expert's first layer, returning ``silu(a @ b[e]) · (a @ swiglu_b[e])``.
     ``check_offsets``: verify the offsets' values (non-negative, non-decreasing, last = total_rows),
-    which reads them back to the host; pass False when they come from ``routing.dispatch`` and the
-    launch must not synchronise. Unchecked bad offsets give wrong results or out-of-bounds reads.
+    which reads them back to the host the first time a GPU tensor is seen (a synchronisation; later calls
+    with the same, unmodified tensor reuse that copy, so a steady-state call or a CUDA graph captured
+    after a first call does not synchronise); pass False when they come from ``routing.dispatch`` (new
+    each call) and the launch must not synchronise. Unchecked bad offsets give wrong results or
+    out-of-bounds reads. Every tensor may have any strides (the offsets too).
     Raises ``ValueError`` / ``TypeError`` on bad shapes, dtypes, devices or offsets.
     """
     _check_inputs(a, b, expert_offsets, swiglu_b, check_offsets)
@@ -276,15 +306,6 @@ def grouped_gemm(
     b2 = swiglu_b if fuse else b
     max_tiles = triton.cdiv(rows, cfg.block_m) + num_experts
     grid = (max_tiles * triton.cdiv(n, cfg.block_n),)
-    _grouped_gemm_kernel[grid](
-        a, b, b2, out, expert_offsets, num_experts, max_tiles,
-        n, k,
-        a.stride(0), a.stride(1),
-        b.stride(0), b.stride(1), b.stride(2),
-        b2.stride(0), b2.stride(1), b2.stride(2),
-        out.stride(0), out.stride(1),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        FUSE_SWIGLU=fuse, IS_FP32=a.dtype == torch.float32, E_POW2=triton.next_power_of_2(num_experts),
-        GROUP_M=GROUP_M, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+    with device_guard(a):
+        _launch(grid, a, b, b2, out, expert_offsets, num_experts, max_tiles, n, k, cfg, fuse)
     return out

@@ -99,6 +99,7 @@ import triton.language as tl
 from kernels._runtime import (
     INTERPRET,
     LaunchCache,
+    check_bf16,
     check_device,
     compute_capability,
     device_guard,
@@ -246,6 +247,7 @@ def _w4a16_kernel(
     stride_sg,
     stride_zn,
     stride_zg,
+    stride_bias,  # Bias's stride (any, 0 for an expanded bias)
     GROUP: tl.constexpr,
     SYMMETRIC: tl.constexpr,
     TAIL_WORDS: tl.constexpr,  # (K − k_main) / 8: 0, 4, 8 or 12
@@ -377,20 +379,20 @@ def _w4a16_kernel(
                 x = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=tx_mask, other=0.0)
                 acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
     tile = pid_m * tl.num_programs(1) + pid_n
-    _w4_epilogue(acc, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT, SWAP_AB)
+    _w4_epilogue(acc, Bias, stride_bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT, SWAP_AB)
 
 
 @triton.jit
-def _w4_finish(acc, Bias, Out, rows, cols, mask, N):
+def _w4_finish(acc, Bias, stride_bias, Out, rows, cols, mask, N):
     if Bias is not None:
-        b = tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)
+        b = tl.load(Bias + cols * stride_bias, mask=cols < N, other=0.0).to(tl.float32)
         acc += b
     tl.store(Out + rows * N + cols, acc.to(Out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _w4_epilogue(acc, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT: tl.constexpr,
-                 TRANS: tl.constexpr):  # fmt: skip
+def _w4_epilogue(acc, Bias, stride_bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N,
+                 SPLIT: tl.constexpr, TRANS: tl.constexpr):  # fmt: skip
     """Bias, cast and store of a ``[BLOCK_M, BLOCK_N]`` tile (``[BLOCK_N, BLOCK_M]`` when TRANS) of the
     contiguous ``Out [M, N]``. With SPLIT: one launch, deterministic. Each K slice stores its fp32 partial
     sum to ``Part[pid_k]`` and adds 1 to the tile's counter (acq_rel, after a CTA barrier so that every
@@ -413,10 +415,10 @@ def _w4_epilogue(acc, Bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n
             total = tl.load(part, mask=mask, other=0.0, cache_modifier=".cg")
             for sl in range(1, split_k):
                 total += tl.load(part + sl * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _w4_finish(total, Bias, Out, rows, cols, mask, N)
+            _w4_finish(total, Bias, stride_bias, Out, rows, cols, mask, N)
             tl.store(Cnt + tile, 0)
     else:
-        _w4_finish(acc, Bias, Out, rows, cols, mask, N)
+        _w4_finish(acc, Bias, stride_bias, Out, rows, cols, mask, N)
 
 
 @triton.jit
@@ -427,7 +429,9 @@ def _w4_unpack_kernel(
     N,
     k_main,
     stride_wn,
+    stride_wc,
     stride_sg,
+    stride_sn,
     stride_on,
     GROUP: tl.constexpr,
     TAIL_WORDS: tl.constexpr,
@@ -443,20 +447,20 @@ def _w4_unpack_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_c = tl.arange(0, 16)
     n_mask = offs_n[:, None] < N
-    w_ptrs = W + offs_n[:, None] * stride_wn + offs_c[None, :]
+    w_ptrs = W + offs_n[:, None] * stride_wn + offs_c[None, :] * stride_wc
     o_ptrs = Out + offs_n[:, None] * stride_on + offs_c[None, :]
     if kb < k_main:
-        words = tl.load(w_ptrs + kb // 8, mask=n_mask, other=0)
+        words = tl.load(w_ptrs + (kb // 8) * stride_wc, mask=n_mask, other=0)
         for i in tl.static_range(8):
-            sz = tl.load(SZ + ((kb + 16 * i) // GROUP) * stride_sg + offs_n, mask=offs_n < N, other=0)
+            sz = tl.load(SZ + ((kb + 16 * i) // GROUP) * stride_sg + offs_n * stride_sn, mask=offs_n < N, other=0)
             w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, True, USE_ASM)
             tl.store(o_ptrs + kb + 16 * i, w, mask=n_mask)
     elif TAIL_WORDS > 0:  # the shorter last block: nibble i of word c is input k_main + i·TAIL_WORDS + c
         c_ok = n_mask & (offs_c[None, :] < TAIL_WORDS)
-        tail = tl.load(w_ptrs + k_main // 8, mask=c_ok, other=0)
+        tail = tl.load(w_ptrs + (k_main // 8) * stride_wc, mask=c_ok, other=0)
         for i in tl.static_range(8):
             cols = k_main + i * TAIL_WORDS + offs_c[None, :]
-            sz_t = tl.load(SZ + (cols // GROUP) * stride_sg + offs_n[:, None], mask=c_ok, other=0)
+            sz_t = tl.load(SZ + (cols // GROUP) * stride_sg + offs_n[:, None] * stride_sn, mask=c_ok, other=0)
             tl.store(o_ptrs + k_main + i * TAIL_WORDS, _w4_dequant_sz(tail, sz_t, i, MAGIC, True, USE_ASM), mask=c_ok)
 
 
@@ -489,6 +493,7 @@ def _w8a16_matmul_kernel(
     stride_wn,
     stride_wk,
     stride_sn,
+    stride_bias,
     stride_os,
     stride_om,
     stride_on,
@@ -526,7 +531,7 @@ def _w8a16_matmul_kernel(
     acc *= tl.load(S + offs_n * stride_sn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     if SPLIT_K == 1:
         if Bias is not None:
-            acc += tl.load(Bias + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+            acc += tl.load(Bias + offs_n * stride_bias, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         _store_rows(Out, acc, offs_m, offs_n, m_mask, n_mask, stride_om, stride_on)
     else:
         _store_rows(Out + pid_k * stride_os, acc, offs_m, offs_n, m_mask, n_mask, stride_om, stride_on)
@@ -544,6 +549,7 @@ def _splitk_reduce_kernel(
     stride_pn,
     stride_om,
     stride_on,
+    stride_bias,
     SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -559,7 +565,7 @@ def _splitk_reduce_kernel(
     for s in tl.static_range(SPLIT_K):
         acc += tl.load(ptrs + s * stride_ps, mask=mask, other=0.0)
     if Bias is not None:
-        acc += tl.load(Bias + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        acc += tl.load(Bias + offs_n * stride_bias, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     _store_rows(Out, acc, offs_m, offs_n, m_mask, n_mask, stride_om, stride_on)
 
 
@@ -676,17 +682,21 @@ def quantize(w: torch.Tensor, group_size: int = 128, symmetric: bool = False) ->
         raise ValueError(f"in_features {k} is not a multiple of the group size {group_size}")
     groups = w.detach().to(torch.float32).reshape(n, k // group_size, group_size)
     sdtype = _scale_dtype(w.dtype)
+    # the scales from each group's range in float64: in float32 the span of a group with entries near
+    # ±3.4e38 (finite float32 and bfloat16 values) overflows to an infinite scale, and 0 · inf = NaN
     if symmetric:
-        scales = _safe_scale(groups.abs().amax(dim=-1) / 7.0, sdtype)
+        scales = _safe_scale(groups.abs().amax(dim=-1).double() / 7.0, sdtype)
         q = torch.round(groups / scales.float()[..., None]).clamp(-7, 7) + 8
+        z = torch.full_like(scales, 8.0, dtype=torch.float32)
         zeros = None
     else:
-        lo = groups.amin(dim=-1).clamp_max(0.0)
-        hi = groups.amax(dim=-1).clamp_min(0.0)
+        lo = groups.amin(dim=-1).clamp_max(0.0).double()
+        hi = groups.amax(dim=-1).clamp_min(0.0).double()
         scales = _safe_scale((hi - lo) / 15.0, sdtype, round_up=True)
-        z = torch.round(-lo / scales.float()).clamp(0, 15)
+        z = torch.round(-lo / scales.double()).clamp(0, 15).float()
         q = (torch.round(groups / scales.float()[..., None]) + z[..., None]).clamp(0, 15)
         zeros = z.to(torch.uint8)
+    _check_grid(q, z, scales, w.dtype)
     codes = q.to(torch.int32).reshape(n, k)
     packed = pack_codes(codes)
     if sdtype == torch.float32:
@@ -704,6 +714,22 @@ def quantize(w: torch.Tensor, group_size: int = 128, symmetric: bool = False) ->
     scales = sz.view(torch.int16)[:, 0::2].view(sdtype).t()
     zeros = sz.view(torch.uint8)[:, 2::4].t() if not symmetric else None
     return W4Weight(packed, scales, zeros, group_size, bool(symmetric), (n, k), w.dtype, PACK_BLOCK, sz)
+
+
+def _check_grid(q: torch.Tensor, z: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+    """Every dequantised value ``(q − z) · s`` must be finite in ``dtype`` (the kernels compute it in x's
+    dtype, ``dequantize`` returns it in the weight's): with entries at the edge of the dtype's range the
+    grid point above the largest entry (scales round up) can overflow. Checked per group from the codes'
+    extremes, in float64."""
+    s = scales.double()
+    extreme = torch.maximum(((q.amax(dim=-1) - z).double() * s).abs(), ((q.amin(dim=-1) - z).double() * s).abs())
+    limit = torch.finfo(dtype).max
+    worst = float(extreme.max()) if extreme.numel() else 0.0
+    if not worst <= limit:
+        raise ValueError(
+            f"weight has entries too close to the largest {dtype} ({limit:.4g}): its int4 grid reaches "
+            f"{worst:.4g}, which overflows {dtype}; scale the weight down (by 2, say) before quantising"
+        )
 
 
 def _block_split(k: int) -> tuple[int, int]:
@@ -782,7 +808,7 @@ def unpack_to_memory(weight: W4Weight) -> torch.Tensor:
     with device_guard(weight.packed):
         _UNPACK.launch(
             grid,
-            (weight.packed, sz, out, n, k_main, weight.packed.stride(0), sz.stride(0), out.stride(0)),
+            (weight.packed, sz, out, n, k_main, *weight.packed.stride(), *sz.stride(), out.stride(0)),
             dict(GROUP=weight.group_size, TAIL_WORDS=tail_words, MAGIC=0x6400 if out.dtype == torch.float16 else 0x4300,
                  USE_ASM=use_asm, BLOCK_N=block_n),
             4, 1,
@@ -919,9 +945,15 @@ def _check_activations(x: torch.Tensor, shape: tuple[int, int], bias: torch.Tens
     n, k = shape
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} input features, the weight expects {k}")
+    if x.dtype == torch.bfloat16:  # the interpreter's tl.dot is wrong in bf16; old GPUs have no bf16 MMA
+        check_bf16(x.dtype, x.device, "x")
     if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
         if bias.shape != (n,):
             raise ValueError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+        if not bias.is_floating_point():
+            raise TypeError(f"bias must be floating point, got {bias.dtype}")
         tensors, names = (*tensors, bias), (*names, "bias")
     device = x.device
     if device.type == "cuda" and not INTERPRET and all(t.device == device for t in tensors):
@@ -962,12 +994,17 @@ def _prepare(x, bias, n, k):
     return x2, torch.empty((m, n), device=x.device, dtype=x.dtype), lead
 
 
+def _bias_stride(bias: torch.Tensor | None) -> int:
+    """The bias's element stride (0 for an expanded one; 0 when there is none, unused then)."""
+    return 0 if bias is None else bias.stride(0)
+
+
 def _reduce(target, bias, out, split):
     m, n = out.shape
     block_m, block_n = 16, 64
     _REDUCE.launch(
         (triton.cdiv(m, block_m), triton.cdiv(n, block_n), 1),
-        (target, bias, out, m, n, *target.stride(), *out.stride()),
+        (target, bias, out, m, n, *target.stride(), *out.stride(), _bias_stride(bias)),
         dict(SPLIT_K=split, BLOCK_M=block_m, BLOCK_N=block_n), 4, 1,
     )  # fmt: skip
 
@@ -1057,7 +1094,7 @@ def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.T
     _TENSOR_CORES.launch(
         grid,
         (x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
-         *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg),
+         *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg, _bias_stride(bias)),
         dict(GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1, DEQ=deq,
              MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300, SWAP_AB=cfg.swap_ab, USE_ASM=use_asm,
              BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
@@ -1083,7 +1120,7 @@ def _launch_w8(x, weight: W8Weight, bias, config: W4A16Config | None) -> torch.T
     _W8.launch(
         grid,
         (x2, w, scales, bias if split == 1 else None, target, m, n, k_per_split, k,
-         x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), scales.stride(0),
+         x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), scales.stride(0), _bias_stride(bias),
          stride_os, target.stride(-2), target.stride(-1)),
         dict(SPLIT_K=split, IS_FP32=x.dtype == torch.float32,
              BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),

@@ -465,8 +465,9 @@ def test_full_audit_shape(full, registry):
     assert set(full["verdict"]) <= set(audit.VERDICTS)
     assert set(full["gpu"]) <= {audit.ANALYTIC, "h200"}
     counts = audit.summary(full)
-    assert list(counts) == list(audit.VERDICTS)
-    assert sum(counts.values()) == len(full)
+    assert list(counts) == [*audit.VERDICTS, "borderline"]
+    assert sum(counts[v] for v in audit.VERDICTS) == len(full)
+    assert counts["borderline"] == int(full["borderline"].sum())
 
 
 def test_full_audit_rows_explain_themselves(full):
@@ -990,3 +991,79 @@ def test_fp8_scales(registry, normal, large, expected):
 def test_fp8_scales_untestable_without_large_inputs(registry):
     rows = [_acc_row("ours-fp8-none", 1e-2), _acc_row("ours-fp8-tensor", 1e-2)]
     assert _measured_row(_audit_one(registry, "fp8-scales", _ctx(rows)))["verdict"] == "untestable"
+
+
+# ---------------------------------------------------------------------------------------------------
+# (5) Borderline verdicts: the p20–p80 band of the timings
+# ---------------------------------------------------------------------------------------------------
+
+
+def _band_rows(spread_fp8: float, spread_bf16: float = 0.01):
+    """The FP8/bf16 GEMM ratio 1940/1000 = 1.94× against the datasheet's 2.0× ± 2%: partly at the medians.
+    ``spread``: how far p20 and p80 lie from the median time (a fraction of it)."""
+    common = dict(experiment="fp8-speed", dtype="bfloat16", seqlen_q=4096, seqlen_k=4096, causal=False)
+    return [
+        _row("fp8-mm", tflops=1940.0, ms_median=1.0, ms_p20=1 - spread_fp8, ms_p80=1 + spread_fp8, **common),
+        _row("bf16-mm", tflops=1000.0, ms_median=1.0, ms_p20=1 - spread_bf16, ms_p80=1 + spread_bf16, **common),
+    ]
+
+
+def test_a_verdict_that_flips_inside_the_band_is_borderline(registry):
+    """The GEMM ratio moves from 1.94 towards 2.28 when the FP8 GEMM's time goes to its p20: it crosses
+    the holds window (1.96–2.04) on the way, though both ends are partly; borderline, band both verdicts."""
+    row = _measured_row(_audit_one(registry, "fp8-2pf", _ctx(_band_rows(spread_fp8=0.15))))
+    assert row["verdict"] == "partly"
+    assert bool(row["borderline"])
+    assert row["band"] == "holds, partly"
+
+
+def test_a_verdict_that_stays_inside_the_band_is_not_borderline(registry):
+    row = _measured_row(_audit_one(registry, "fp8-2pf", _ctx(_band_rows(spread_fp8=0.001, spread_bf16=0.001))))
+    assert row["verdict"] == "partly" and not row["borderline"] and row["band"] == "partly"
+
+
+def test_the_band_needs_no_evaluator_of_its_own(registry):
+    """The same generic re-judging flags a ratio of two implementations when only their spreads (not
+    their medians) differ, and leaves a verdict that reads no timing alone, however wide the band."""
+    common = dict(experiment="fp8-speed", dtype="bfloat16", seqlen_q=4096, seqlen_k=4096, causal=False)
+    rows = _band_rows(spread_fp8=0.001, spread_bf16=0.15)  # now the bf16 GEMM is the noisy one
+    row = _measured_row(_audit_one(registry, "fp8-2pf", _ctx(rows)))
+    assert row["borderline"] and row["band"] == "holds, partly"
+    wide = [_row(i, ms_p20=0.1, ms_p80=10.0, dtype="float16", **{k: v for k, v in common.items() if k != "dtype"})
+            for i in ("ours-fa2", "sdpa-flash")]  # fmt: skip
+    wide = [{**r, "experiment": "fa2-setting"} for r in wide]
+    tol = _measured_row(_audit_one(registry, "fp16-tolerance", _ctx(wide)))
+    assert not tol["borderline"] and tol["band"] == tol["verdict"]
+
+
+def test_analytic_and_untestable_rows_have_no_band(registry):
+    df = audit.audit([registry["std-flops"], registry["fp8-2pf"]], Context())
+    assert (df["band"] == "").all() and not df["borderline"].any()
+
+
+def test_same_data_same_verdicts_and_bands(registry):
+    ctx = _ctx(_band_rows(spread_fp8=0.15))
+    claims = [registry["fp8-2pf"], registry["fa2-mfu"], registry["std-mfu"]]
+    first, second = audit.audit(claims, ctx), audit.audit(claims, ctx)
+    pd.testing.assert_frame_equal(first, second)
+
+
+def test_the_shipped_fp8_ratio_is_borderline(full):
+    """A fresh H200 run flipped fp8-2pf from partly to holds (1.94× against 1.97×): the shipped rows' band
+    already says it sits on the edge. Most measured verdicts do not move."""
+    row = full[(full["claim_id"] == "fp8-2pf") & (full["gpu"] == "h200")].iloc[0]
+    assert row["verdict"] == "partly" and row["borderline"] and row["band"] == "holds, partly"
+    measured = full[full["gpu"] == "h200"]
+    assert 1 <= int(measured["borderline"].sum()) < len(measured) // 4
+    assert (full.loc[~full["borderline"], "band"].isin(["", *audit.VERDICTS])).all()
+
+
+def test_band_levels_cover_p20_to_p80():
+    df = pd.DataFrame({"impl": ["a"], "ms_median": [2.0], "ms_p20": [1.0], "ms_p80": [4.0], "tflops": [10.0],
+                       "gbps": [5.0]})  # fmt: skip
+    lows = audit._at_levels(df, pd.Series([0.0]).to_numpy())
+    highs = audit._at_levels(df, pd.Series([1.0]).to_numpy())
+    mid = audit._at_levels(df, pd.Series([0.5]).to_numpy())
+    assert lows["ms_median"].iloc[0] == 1.0 and highs["ms_median"].iloc[0] == 4.0 and mid["ms_median"].iloc[0] == 2.0
+    assert lows["tflops"].iloc[0] == 20.0 and highs["gbps"].iloc[0] == 2.5  # per median time: scaled with it
+    assert audit.BAND_LEVELS[0] == 0.0 and audit.BAND_LEVELS[-1] == 1.0

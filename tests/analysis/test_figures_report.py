@@ -34,6 +34,7 @@ def _row(**kw) -> dict:
         family="attention",
         op="attention",
         mode="fwd",
+        inputs="normal",
         heads_kv=None,
         message="",
         timed=True,

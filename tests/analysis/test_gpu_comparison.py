@@ -49,10 +49,13 @@ def test_report_shows_the_comparison(two_gpus, tmp_path):
     assert [e["name"] for e in manifest] == ["gpu_comparison"]
     assert json.loads((tmp_path / "compare" / "manifest.json").read_text())[0]["png"]
     gpus = []
+    shipped_env = json.loads((ROOT / "reports" / "reference" / "h200" / "environment.json").read_text())
     for slug, table in two_gpus.items():
         pipeline.render_figures(table, tmp_path / slug)
+        env = tmp_path / f"{slug}-environment.json"  # each GPU type's own environment (the report checks)
+        env.write_text(json.dumps({**shipped_env, "gpu": slug}))
         gpus.append({"slug": slug, "source": "fixture", "table": table, "figures_dir": tmp_path / slug,
-                     "environment": ROOT / "reports" / "reference" / "h200" / "environment.json"})  # fmt: skip
+                     "environment": env})  # fmt: skip
     html = pipeline.render_report(gpus, None, tmp_path / "r.html", None, tmp_path / "compare").read_text()
     assert 'id="gpu-comparison"' in html
     assert "GPU types side by side" in html

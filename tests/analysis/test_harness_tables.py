@@ -191,6 +191,32 @@ def test_time_gpu_leaves_out_the_host_side():
 
 
 @pytest.mark.gpu
+def test_host_ms_is_what_the_gpu_time_leaves_out():
+    """The same call: 50 µs on the host, a few µs on the GPU; host_ms sees the 50 µs. A call that
+    synchronises pays the GPU work before it on the host too."""
+    x = torch.zeros(1024, device="cuda")
+
+    def call():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 50e-6:
+            pass
+        x.add_(1.0)
+
+    timing = harness.time_gpu(call, warmup_ms=2, rep_ms=10)
+    assert 0.05 <= timing.host_ms < 1.0 and timing.host_ms > 2 * timing.ms_median
+    a = torch.randn(4096, 4096, device="cuda")
+
+    def synchronising():
+        a @ a
+        return (a[0, 0] > 0).item()  # a host synchronisation: waits for the product
+
+    product = harness.time_gpu(lambda: a @ a, warmup_ms=2, rep_ms=10)
+    assert harness.host_time(synchronising) >= 0.8 * product.ms_median
+    metrics = harness.measure(lambda: a @ a, warmup_ms=2, rep_ms=10)
+    assert 0 < metrics["host_ms"] < metrics["ms_median"]  # launching a 4096³ product is quick
+
+
+@pytest.mark.gpu
 def test_peak_extra_memory_counts_the_call():
     mib = harness.peak_extra_memory_mib(lambda: torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda"))
     assert 64.0 <= mib < 80.0
@@ -210,6 +236,7 @@ def _row(**overrides) -> dict:
         impl="ours-fa2",
         dtype="float16",
         mode="fwd",
+        inputs="normal",
         batch=1,
         heads=16,
         heads_kv=16,
@@ -328,14 +355,17 @@ def test_read_rows_of_nothing_has_the_schema(tmp_path):
 def test_read_rows_missing_column(tmp_path):
     path = tmp_path / "old.csv"
     tables.to_frame([_row()]).drop(columns=["tflops", "kernel_config"]).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=r"lack columns \['tflops', 'kernel_config'\]"):
+    missing = r"old.csv, line 1: required columns \['tflops', 'kernel_config'\] are missing"
+    with pytest.raises(ValueError, match=missing):
         tables.read_rows([path])
 
 
-def test_read_rows_drops_extra_columns(tmp_path):
+def test_read_rows_refuses_extra_columns(tmp_path):
+    """A column outside the schema is an error, not dropped: nothing in a table is passed over silently."""
     path = tmp_path / "extra.csv"
     tables.to_frame([_row()]).assign(note="hand-added").to_csv(path, index=False)
-    assert list(tables.read_rows([path]).columns) == tables.COLUMNS
+    with pytest.raises(ValueError, match=r"extra.csv, line 1: columns \['note'\] are not in the schema"):
+        tables.read_rows([path])
 
 
 # ---------------------------------------------------------------------------------------------------

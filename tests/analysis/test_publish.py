@@ -18,8 +18,9 @@ def _row(sha: str, gpu: str = "h200", **over) -> dict:
     r = {c: math.nan for c in tables.COLUMNS}
     r.update(experiment="fa2-setting", family="attention", op="attention", impl="ours-fa2", dtype="float16",
              mode="fwd", batch=1, heads=1, heads_kv=1, seqlen_q=128, seqlen_k=128, head_dim=64, causal=False,
-             status="ok", message="", timed=True, gpu=gpu, gpu_name="NVIDIA H200", git_sha=sha,
-             timestamp="2026-01-01T00:00:00Z", kernel_config="")  # fmt: skip
+             inputs="normal", status="ok", message="", timed=True, ms_median=0.1, ms_p20=0.09, ms_p80=0.11,
+             gpu=gpu, gpu_name="NVIDIA H200", git_sha=sha, timestamp="2026-01-01T00:00:00Z",
+             kernel_config="")  # fmt: skip
     r.update(over)
     return r
 
@@ -29,7 +30,9 @@ def _results(tmp_path, rows):
     (res / "h200" / "attention").mkdir(parents=True)
     tables.write_rows(rows, res / "h200" / "attention.csv")
     tables.write_rows(rows[:1], res / "h200" / "attention" / "shard.csv")
-    (res / "h200" / "environment.json").write_text(json.dumps({"gpu": "h200", "git_sha": rows[0]["git_sha"]}))
+    env = {"gpu": "h200", "gpu_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
+           "git_sha": rows[0]["git_sha"]}  # fmt: skip
+    (res / "h200" / "environment.json").write_text(json.dumps(env))
     (res / "logs" / "h200").mkdir(parents=True)
     (res / "logs" / "h200" / "shard.log").write_text("ran\n")
     return res
@@ -98,7 +101,8 @@ def _ops_row(sha: str, **over) -> dict:
 
     r = {c: math.nan for c in ops_tables.COLUMNS}
     r.update(experiment="moe", family="moe", op="grouped-gemm", impl="ours-grouped", dtype="bfloat16", model="qwen",
-             stage="total", status="ok", message="", timed=True, gpu="h200", git_sha=sha, kernel_config="")  # fmt: skip
+             stage="total", status="ok", message="", timed=True, ms_median=0.1, ms_p20=0.09, ms_p80=0.11, gpu="h200",
+             git_sha=sha, kernel_config="")  # fmt: skip
     r.update(over)
     return r
 
@@ -109,7 +113,8 @@ def test_ops_rows_are_counted_per_commit_and_their_commits_are_mixed_in(tmp_path
     from analysis import ops_tables
 
     res = _results(tmp_path, [_row(SHA_A)])
-    ops_tables.write_rows([_ops_row(SHA_B), _ops_row(SHA_B, impl="torch-grouped-mm", status="unsupported")],
+    ops_tables.write_rows([_ops_row(SHA_B), _ops_row(SHA_B, impl="torch-grouped-mm", status="unsupported",
+                                                   message="not available")],
                           res / "h200" / "ops.csv")  # fmt: skip
     with pytest.raises(ValueError, match="several commits"):
         publish.publish("h200", res, tmp_path / "ref")

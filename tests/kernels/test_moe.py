@@ -322,8 +322,10 @@ def test_moe_ffn_bad_inputs():
         moe_ffn(x[None], logits, wg, wu, wd, 1)
     with pytest.raises(ValueError, match="router_logits must be"):
         moe_ffn(x, logits[:4], wg, wu, wd, 1)
-    with pytest.raises(ValueError, match="w_gate must be"):
+    with pytest.raises(ValueError, match="router_logits has 3 expert columns but w_gate has 2 experts"):
         moe_ffn(x, logits, wg[:2], wu, wd, 1)
+    with pytest.raises(ValueError, match="w_gate must be"):
+        moe_ffn(x, logits, wg[:, :4], wu, wd, 1)
     with pytest.raises(ValueError, match="w_up must have"):
         moe_ffn(x, logits, wg, wu[:, :, :8], wd, 1)
     with pytest.raises(ValueError, match="w_down must be"):

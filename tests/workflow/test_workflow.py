@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -140,12 +142,13 @@ def test_snakefmt_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_cpu_pipeline_end_to_end(tmp_path):
-    """Copy the workflow, run it on the mini config, and check what it produced."""
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory) -> Path:
+    """A copy of the workflow, run once on the mini config (the tests below read it, then break its inputs)."""
     blocker = interpreter_blocker()
     if blocker:  # a GPU node's own numpy (./suite keeps it there)
         pytest.skip(blocker)
-    work = tmp_path / "repo"
+    work = tmp_path_factory.mktemp("cpu") / "repo"
     work.mkdir()
     for name in ("Snakefile", "workflow", "kernels", "analysis", "reports", "envs"):
         src = ROOT / name
@@ -155,6 +158,12 @@ def test_cpu_pipeline_end_to_end(tmp_path):
             shutil.copy(src, work / name)
     r = snakemake("--cores", "2", "--configfile", str(MINI), cwd=work, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
+    return work
+
+
+def test_cpu_pipeline_end_to_end(cpu_run):
+    """Run the workflow on the mini config, and check what it produced."""
+    work = cpu_run
 
     checks = pd.read_csv(work / "results" / "cpu" / "checks.csv")
     assert len(checks) == 2
@@ -179,6 +188,79 @@ def test_cpu_pipeline_end_to_end(tmp_path):
         assert json.loads((work / "reports" / "reference" / gpu / "environment.json").read_text())["gpu"] == gpu
         assert "shipped reference results" in html
         assert "data:image/png;base64" in html
+    assert "No shipped results are included" not in html
+    verdicts = pd.read_csv(work / "results" / "audit" / "verdicts.csv", keep_default_na=False)
+    borderline = int(verdicts["borderline"].sum())
+    assert borderline >= 1 and f'<td class="num borderline-count">{borderline}</td>' in html
+
+
+class _Broken:
+    """Overwrite a file for one run, then put its bytes and time stamp back (so nothing reruns for it)."""
+
+    def __init__(self, path: Path, data: bytes):
+        self.path, self.data = path, data
+
+    def __enter__(self):
+        self.saved, self.stat = self.path.read_bytes(), self.path.stat()
+        self.path.write_bytes(self.data)
+        return self
+
+    def __exit__(self, *exc):
+        self.path.write_bytes(self.saved)
+        os.utime(self.path, ns=(self.stat.st_atime_ns, self.stat.st_mtime_ns))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_truncated_shard_fails_collect_and_keeps_the_last_table(cpu_run):
+    work = cpu_run
+    shard = work / "results" / "cpu" / "checks" / "check_float16_d59_causal.csv"
+    table, report = work / "results" / "cpu" / "checks.csv", work / "results" / "report.html"
+    before = _digest(table), _digest(report)
+    with _Broken(shard, shard.read_bytes()[:-40]):
+        r = snakemake("--cores", "1", "--configfile", str(MINI), cwd=work)
+    assert r.returncode != 0
+    named = r"check_float16_d59_causal.csv, line 2: (\d+ fields where the header has \d+|malformed CSV)"
+    assert re.search(named, r.stdout + r.stderr), (r.stdout + r.stderr)[-3000:]
+    assert (_digest(table), _digest(report)) == before
+
+
+def test_a_corrupted_verdict_file_fails_the_report_and_keeps_the_last_one(cpu_run):
+    """It used to fail the report step and delete the previous report."""
+    work = cpu_run
+    verdicts, report = work / "results" / "audit" / "verdicts.csv", work / "results" / "report.html"
+    before = _digest(report)
+    with _Broken(verdicts, verdicts.read_bytes().replace(b",holds,", b",banana,", 1)):
+        r = snakemake("--cores", "1", "--configfile", str(MINI), cwd=work)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert re.search(r"verdicts.csv, line \d+, column 'verdict': 'banana' is not one of", out), out[-3000:]
+    assert "Restored previous version of results/report.html" in out
+    assert _digest(report) == before
+
+
+def test_a_damaged_shipped_set_stops_the_plan(cpu_run):
+    work = cpu_run
+    ops = work / "reports" / "reference" / "h200" / "ops.csv"
+    lines = ops.read_bytes().splitlines(keepends=True)
+    with _Broken(ops, b"".join(lines[: len(lines) // 2])):  # cut at a row boundary: still valid CSV
+        r = snakemake("-n", "--cores", "1", "--configfile", str(MINI), cwd=work)
+    assert r.returncode != 0
+    assert "h200: ops.csv differs from the file that was published" in r.stdout + r.stderr
+    r = snakemake("-n", "--cores", "1", "--configfile", str(MINI), "--config", "reference_dir=gone", cwd=work)
+    assert r.returncode != 0 and "reference_dir 'gone' is not a folder" in r.stdout + r.stderr
+
+
+def test_reference_dir_null_renders_a_report_that_says_so(cpu_run):
+    work = cpu_run
+    r = snakemake("--cores", "1", "--configfile", str(MINI), "--config", "reference_dir=null",
+                  "report=results/no-reference.html", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    html = (work / "results" / "no-reference.html").read_text()
+    assert "No shipped results are included: the configuration sets reference_dir: null." in html
+    assert 'id="gpu-h200"' not in html  # no shipped GPU section
 
 
 def test_ruff_clean():

@@ -27,7 +27,7 @@ rule attention_collect:
             shard=sorted(ATTENTION_SHARDS),
         ),
     output:
-        f"{RESULTS}/{{gpu}}/attention.csv",
+        update(f"{RESULTS}/{{gpu}}/attention.csv"),
     log:
         f"{RESULTS}/logs/{{gpu}}/attention_collect.log",
     conda:
@@ -56,7 +56,7 @@ rule checks_collect:
     input:
         expand(f"{RESULTS}/{CPU_SLUG}/checks/{{check}}.csv", check=sorted(CHECK_SHARDS)),
     output:
-        f"{RESULTS}/{CPU_SLUG}/checks.csv",
+        update(f"{RESULTS}/{CPU_SLUG}/checks.csv"),
     log:
         f"{RESULTS}/logs/{CPU_SLUG}/checks_collect.log",
     conda:

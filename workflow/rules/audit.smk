@@ -8,7 +8,7 @@ rule audit:
         ops=lambda w: [ops_path(g) for g in ops_gpus()],
         compiled=[COMPILED_TABLE] if COMPILED_TABLE else [],
     output:
-        f"{RESULTS}/audit/verdicts.csv",
+        update(f"{RESULTS}/audit/verdicts.csv"),
     log:
         f"{RESULTS}/logs/audit/audit.log",
     conda:

@@ -9,12 +9,22 @@ sys.path.insert(
 
 import re
 
+from snakemake.exceptions import WorkflowError
+
+from analysis import reference
 from analysis.experiments import grid, ops_grid
 from analysis.provenance import CPU_SLUG, detect_gpu_slug
 
 RESULTS = config["results_dir"]
-REFERENCE = config["reference_dir"]
+# None (null in a config file, "null" on the command line): the user opted out of shipped results
+REFERENCE = (
+    None if config["reference_dir"] in (None, "null") else config["reference_dir"]
+)
 ATT = config["attention"]
+try:  # every shipped result set checked against its manifest now, not discovered missing in the report
+    SHIPPED = reference.shipped_gpus(REFERENCE)
+except reference.ReferenceSetError as exc:
+    raise WorkflowError(str(exc)) from None
 
 
 def gpu_limit():
@@ -73,22 +83,26 @@ def gpu_constraint(wildcards):
 
 
 def reference_gpus():
-    """GPU types with shipped results (reports/reference/<gpu>/attention.csv) not measured now."""
-    root = Path(REFERENCE)
-    shipped = (
-        sorted(p.parent.name for p in root.glob("*/attention.csv"))
-        if root.is_dir()
-        else []
-    )
-    return [g for g in shipped if g not in measured_gpus()]
+    """GPU types with shipped results (reports/reference/<gpu>/, verified) not measured now."""
+    return [g for g in SHIPPED if g not in measured_gpus()]
+
+
+def report_notices():
+    """Banners at the top of the report: what it does not include, when the user chose so."""
+    notices = []
+    if REFERENCE is None:
+        notices.append(
+            "No shipped results are included: the configuration sets reference_dir: null."
+        )
+    if not report_gpus():
+        notices.append(
+            "No GPU results: no GPU was measured in this run and no shipped results are included."
+        )
+    return notices
 
 
 def report_gpus():
     return measured_gpus() + reference_gpus()
-
-
-def _flag(causal):
-    return "causal" if causal else "full"
 
 
 def attention_shards():
@@ -103,24 +117,7 @@ def interpreter_enabled():
 
 def check_shards():
     """Shard name -> Spec fields for the interpreter checks (CPU, correctness only)."""
-    c = ATT["interpreter_check"]
-    return {
-        f"check_{dtype}_d{d}_{_flag(causal)}": dict(
-            experiment="interpreter-check",
-            dtype=dtype,
-            head_dim=d,
-            causal=causal,
-            seqlens=c["seqlens"],
-            seqlen_k=c["seqlen_k"],
-            batch=c["batch"],
-            heads=c["heads"],
-            impls=["ours-fa2"],
-            check_rows=ATT["check_rows"],
-        )
-        for dtype in c["dtypes"]
-        for d in c["head_dims"]
-        for causal in c["causal"]
-    }
+    return grid.interpreter_shards(ATT)
 
 
 def table_path(gpu):

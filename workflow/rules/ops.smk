@@ -34,7 +34,7 @@ rule ops_collect:
             f"{RESULTS}/{w.gpu}/ops/{{opshard}}.csv", opshard=sorted(OPS_SHARDS)
         ),
     output:
-        f"{RESULTS}/{{gpu}}/ops.csv",
+        update(f"{RESULTS}/{{gpu}}/ops.csv"),
     log:
         f"{RESULTS}/logs/{{gpu}}/ops_collect.log",
     conda:
@@ -48,7 +48,7 @@ rule ops_figures:
     input:
         table=lambda w: ops_path(w.gpu),
     output:
-        directory(f"{RESULTS}/report/ops/{{gpu}}"),
+        update(directory(f"{RESULTS}/report/ops/{{gpu}}")),
     log:
         f"{RESULTS}/logs/report/{{gpu}}_ops_figures.log",
     conda:

@@ -4,7 +4,7 @@ rule figures:
         table=lambda w: table_path(w.gpu),
     output:
         report(
-            directory(f"{RESULTS}/report/{{gpu}}"),
+            update(directory(f"{RESULTS}/report/{{gpu}}")),
             patterns=["{name}.png"],
             caption="../../reports/captions/figures.rst",
             category="Figures",
@@ -23,7 +23,7 @@ rule compare_gpus:
     input:
         tables=lambda w: [table_path(g) for g in report_gpus()],
     output:
-        directory(f"{RESULTS}/report/compare"),
+        update(directory(f"{RESULTS}/report/compare")),
     log:
         f"{RESULTS}/logs/report/compare_gpus.log",
     conda:
@@ -49,7 +49,7 @@ rule report:
         ops_figures=lambda w: [f"{RESULTS}/report/ops/{g}" for g in ops_gpus()],
         ops_tables=lambda w: [ops_path(g) for g in ops_gpus()],
     output:
-        config["report"],
+        update(config["report"]),
     log:
         f"{RESULTS}/logs/report/report.log",
     conda:
@@ -74,5 +74,6 @@ rule report:
         ],
         checks=lambda w: checks_path(),
         comparison=lambda w: comparison_dir(),
+        notices=lambda w: report_notices(),
     script:
         "../scripts/report.py"

@@ -39,7 +39,7 @@ rule traffic_figures:
     input:
         table=lambda w: traffic_path(w.gpu),
     output:
-        directory(f"{RESULTS}/report/traffic/{{gpu}}"),
+        update(directory(f"{RESULTS}/report/traffic/{{gpu}}")),
     log:
         f"{RESULTS}/logs/report/{{gpu}}_traffic_figures.log",
     conda:

@@ -11,4 +11,5 @@ render_report(
     snakemake.output[0],  # noqa: F821
     snakemake.input.verdicts,  # noqa: F821
     snakemake.params.comparison,  # noqa: F821
+    snakemake.params.notices,  # noqa: F821
 )

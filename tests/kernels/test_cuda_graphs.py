@@ -1,0 +1,288 @@
+"""Every public kernel entry captured in a CUDA graph, replayed, and compared bit for bit with its eager call.
+
+Serving and training stacks capture their steps in CUDA graphs; an entry that synchronises with the host or
+copies between host and device per call cannot be captured (the capture fails, or is invalidated). For each
+entry, on a GPU: warm-up calls on a side stream (compiles, tunes, caches what the launchers read on the host:
+the validated cu_seqlens and expert offsets), then one capture on that stream, then
+
+- ``replay == eager``: the replayed outputs are the bits of an eager call on the same inputs;
+- ``replay follows the inputs``: new values copied into the captured inputs (offsets included) give the
+  replayed outputs of an eager call on the new values, so nothing was baked into the graph;
+- ``no host synchronisation``: a steady-state eager call under ``torch.cuda.set_sync_debug_mode("error")``.
+
+FA-2's backward is captured the two ways a stack would: the kernel-level ``fa2.backward`` called inside the
+capture, and a whole training step (forward and ``torch.autograd.grad`` both inside the capture, PyTorch's
+"whole-network capture"). Capturing ``autograd.grad`` of a forward built *before* the capture is not a valid
+test: autograd runs the backward on the stream its forward ran on, which is not the capturing stream.
+
+Not covered here: ``fp8.attention`` (its quantiser synchronises with the host; a rewrite of the quantiser will
+remove that), marked skip with that reason; ``fp8.forward_quantized`` with pre-quantised inputs is captured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+BF16 = torch.bfloat16
+
+
+def _flatten(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for part in out for t in _flatten(part)]
+    raise TypeError(f"unexpected output {type(out).__name__}")
+
+
+def _capture(fn: Callable[[], object], warmups: int = 3):
+    """(graph, its static outputs, the stream it was captured on) after ``warmups`` eager calls there."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        static = fn()
+    torch.cuda.synchronize()
+    return graph, _flatten(static), stream
+
+
+def _replay(graph, stream) -> None:
+    with torch.cuda.stream(stream):
+        graph.replay()
+    torch.cuda.synchronize()
+
+
+def _eager(fn, stream) -> list[torch.Tensor]:
+    with torch.cuda.stream(stream):
+        out = [t.clone() for t in _flatten(fn())]
+    torch.cuda.synchronize()
+    return out
+
+
+def _assert_same_bits(got: list[torch.Tensor], expected: list[torch.Tensor], what: str) -> None:
+    assert len(got) == len(expected) > 0
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        assert g.shape == e.shape and g.dtype == e.dtype, f"{what}: output {i}"
+        assert torch.isfinite(e.float()).all(), f"{what}: output {i} of the eager call is not finite"
+        torch.testing.assert_close(g, e, rtol=0, atol=0, msg=lambda m, i=i: f"{what}: output {i}: {m}")
+
+
+def _no_sync(fn) -> None:
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def _randn(*shape, dtype=BF16, scale=1.0, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=g, device="cuda")).to(dtype)
+
+
+@dataclasses.dataclass
+class Entry:
+    """``call()`` is the entry on inputs made once (the graph captures their addresses); ``refresh()`` copies
+    new values into those inputs."""
+
+    call: Callable[[], object]
+    refresh: Callable[[], None]
+
+
+def _refill(tensors: list[torch.Tensor], seed: int) -> Callable[[], None]:
+    def refresh():
+        for i, t in enumerate(tensors):
+            t.copy_(_randn(*t.shape, dtype=t.dtype, seed=seed + i))
+
+    return refresh
+
+
+def _fa2_forward():
+    from kernels.attention import fa2
+
+    q, k, v = _randn(2, 8, 300, 128, seed=1), _randn(2, 2, 333, 128, seed=2), _randn(2, 2, 333, 128, seed=3)
+    return Entry(lambda: fa2.forward(q, k, v, causal=True), _refill([q, k, v], 10))
+
+
+def _fa2_backward():
+    from kernels.attention import fa2
+
+    q, k, v = _randn(2, 8, 300, 128, seed=1), _randn(2, 2, 300, 128, seed=2), _randn(2, 2, 300, 128, seed=3)
+    out, lse = fa2.forward(q, k, v, causal=True)
+    do = _randn(*out.shape, seed=4)
+
+    def refresh():  # new inputs, and the forward's out and lse of them (computed outside the graph)
+        _refill([q, k, v, do], 10)()
+        o, l_ = fa2.forward(q, k, v, causal=True)
+        out.copy_(o)
+        lse.copy_(l_)
+
+    return Entry(lambda: fa2.backward(do, q, k, v, out, lse, causal=True), refresh)
+
+
+def _fa2_training_step():
+    """Forward and backward through autograd, both inside the capture (a whole training step)."""
+    from kernels.attention import fa2
+
+    q, k, v = (_randn(1, 4, 257, 64, seed=s).requires_grad_() for s in (1, 2, 3))
+    dout = _randn(1, 4, 257, 64, seed=4)
+
+    def step():
+        out = fa2.attention(q, k, v, causal=True)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        return (out.detach(), *grads)
+
+    def refresh():
+        with torch.no_grad():
+            _refill([q, k, v, dout], 10)()
+
+    return Entry(step, refresh)
+
+
+def _varlen():
+    from kernels.attention import fa2
+
+    lens = [100, 0, 257, 31]
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    total = sum(lens)
+    q, k, v = _randn(total, 8, 64, seed=1), _randn(total, 2, 64, seed=2), _randn(total, 2, 64, seed=3)
+    do = _randn(total, 8, 64, seed=4)
+    out, lse = fa2.forward_varlen(q, k, v, cu, cu, causal=True)
+
+    def call():
+        o, l_ = fa2.forward_varlen(q, k, v, cu, cu, causal=True)
+        return (o, l_, *fa2.backward_varlen(do, q, k, v, out, lse, cu, cu, causal=True))
+
+    def refresh():
+        _refill([q, k, v, do], 10)()
+        o, l_ = fa2.forward_varlen(q, k, v, cu, cu, causal=True)
+        out.copy_(o)
+        lse.copy_(l_)
+
+    return Entry(call, refresh)
+
+
+def _decode():
+    from kernels.attention import decode
+
+    q, k, v = _randn(2, 16, 1, 128, seed=1), _randn(2, 4, 5000, 128, seed=2), _randn(2, 4, 5000, 128, seed=3)
+    return Entry(lambda: decode.attention(q, k, v), _refill([q, k, v], 10))
+
+
+def _w4a16(m: int):
+    from kernels.quant import w4a16 as wq
+
+    qw = wq.quantize(_randn(4096, 2048, scale=0.05, seed=1), 128)
+    x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)
+    return Entry(lambda: wq.matmul(x, qw, bias), _refill([x, bias], 10))
+
+
+def _w8a16(m: int):
+    from kernels.quant import w4a16 as wq
+
+    qw = wq.quantize_w8(_randn(4096, 2048, scale=0.05, seed=1))
+    x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)
+    return Entry(lambda: wq.matmul_w8(x, qw, bias), _refill([x, bias], 10))
+
+
+def _grouped(fuse: bool):
+    """The default check_offsets=True: validated on the host at the first call, cached for the same tensor."""
+    from kernels.moe import grouped_gemm
+
+    e, k, n, rows = 8, 1024, 768, 1000
+    a = _randn(rows, k, seed=1)
+    b, b2 = _randn(e, k, n, scale=0.03, seed=2), _randn(e, k, n, scale=0.03, seed=3)
+    offsets = torch.tensor([100, 100, 350, 500, 640, 900, 999, rows], dtype=torch.int32, device="cuda")
+    new_offsets = torch.tensor([0, 300, 300, 301, 700, 800, 950, rows], dtype=torch.int32, device="cuda")
+
+    def refresh():
+        _refill([a], 10)()
+        offsets.copy_(new_offsets)  # a torch write: bumps the version, so the next eager call re-validates
+
+    return Entry(lambda: grouped_gemm(a, b, offsets, swiglu_b=b2 if fuse else None), refresh)
+
+
+def _moe_ffn():
+    from kernels.moe import moe_ffn
+
+    tokens, e, h, f = 256, 16, 1024, 512
+    x, logits = _randn(tokens, h, seed=1), _randn(tokens, e, dtype=torch.float32, seed=2)
+    wg, wu = _randn(e, h, f, scale=0.03, seed=3), _randn(e, h, f, scale=0.03, seed=4)
+    wd = _randn(e, f, h, scale=0.03, seed=5)
+    return Entry(lambda: moe_ffn(x, logits, wg, wu, wd, top_k=4), _refill([x, logits], 10))
+
+
+def _fp8_quantized():
+    from kernels.attention import fp8
+
+    cfg = fp8.config_in_effect(128)
+    q, k, v = (_randn(1, 8, 1000, 128, seed=s) for s in (1, 2, 3))
+    q8, k8, v8, qs, ks, vs = fp8.quantize_qkv(q, k, v, "block", cfg)
+    call = lambda: fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, q_block=cfg.block_m,  # noqa: E731
+                                         kv_block=cfg.block_n, check_scale_values=False)  # fmt: skip
+
+    def refresh():
+        new = fp8.quantize_qkv(*(_randn(1, 8, 1000, 128, seed=s) for s in (11, 12, 13)), "block", cfg)
+        for old, fresh in zip((q8, k8, v8, qs, ks, vs), new, strict=True):
+            old.copy_(fresh)
+
+    return Entry(call, refresh)
+
+
+ENTRIES = {
+    "fa2.forward": _fa2_forward,
+    "fa2.backward": _fa2_backward,
+    "fa2.attention training step (autograd inside the capture)": _fa2_training_step,
+    "fa2 varlen forward + backward": _varlen,
+    "decode.attention": _decode,
+    "w4a16.matmul M=1 (split-K)": lambda: _w4a16(1),
+    "w4a16.matmul M=300 (GEMM)": lambda: _w4a16(300),
+    "w4a16.matmul_w8 M=1 (split-K + reduce)": lambda: _w8a16(1),
+    "w4a16.matmul_w8 M=300": lambda: _w8a16(300),
+    "moe.grouped_gemm": lambda: _grouped(False),
+    "moe.grouped_gemm swiglu": lambda: _grouped(True),
+    "moe.moe_ffn": _moe_ffn,
+    "fp8.forward_quantized": _fp8_quantized,
+}
+
+
+@pytest.mark.parametrize("name", list(ENTRIES))
+def test_capture_replays_the_eager_bits(name):
+    entry = ENTRIES[name]()
+    graph, static, stream = _capture(entry.call)
+    _replay(graph, stream)
+    _assert_same_bits([t.clone() for t in static], _eager(entry.call, stream), f"{name}: replay")
+    entry.refresh()  # on the default stream: finished before the capture stream reads the new values
+    torch.cuda.synchronize()
+    expected = _eager(entry.call, stream)  # eager on the new values (re-validates changed offsets)
+    _replay(graph, stream)
+    _assert_same_bits([t.clone() for t in static], expected, f"{name}: replay after new input values")
+
+
+@pytest.mark.parametrize("name", list(ENTRIES))
+def test_steady_state_call_does_not_synchronise(name):
+    entry = ENTRIES[name]()
+    entry.call()
+    entry.call()
+    _no_sync(entry.call)
+
+
+@pytest.mark.skip(reason="fp8.attention's quantiser synchronises with the host per call; left to the FP8 rewrite")
+def test_fp8_attention_capture():
+    from kernels.attention import fp8
+
+    q, k, v = (_randn(1, 8, 1000, 128, seed=s) for s in (1, 2, 3))
+    graph, static, stream = _capture(lambda: fp8.attention(q, k, v, causal=True))
+    _replay(graph, stream)
+    _assert_same_bits(static, _eager(lambda: fp8.attention(q, k, v, causal=True), stream), "fp8.attention")
