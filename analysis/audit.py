@@ -46,8 +46,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis import gpus, models
-from analysis.flops import BACKWARD_FACTOR, attention_flops
+from analysis.core import gpus, models
+from analysis.core.flops import BACKWARD_FACTOR, attention_flops
 
 REGISTRY = Path(__file__).resolve().parent / "claims" / "registry.yaml"
 VERDICTS = ("holds", "fails", "partly", "inconsistent", "untestable")
@@ -165,7 +165,8 @@ class Context:
         ops_files: dict[str, str | Path] | None = None,
         compiled_file: str | Path | None = None,
     ) -> Context:
-        from analysis import ops_tables, tables, traffic
+        from analysis import ops_tables, traffic
+        from analysis.core import tables
 
         ctx = cls()
         for gpu, path in files.items():
@@ -315,7 +316,7 @@ def _peak(gpu: str, dtype: str = "fp16") -> tuple[float, str]:
     try:
         s = gpus.spec(gpu)
     except KeyError as exc:
-        raise Untestable(f"GPU type {gpu!r} is not in the specification table (analysis/gpu_specs.yaml)") from exc
+        raise Untestable(f"GPU type {gpu!r} is not in the specification table (analysis/core/gpu_specs.yaml)") from exc
     return gpus.peak_tflops(s, dtype), s.name
 
 
@@ -336,7 +337,7 @@ def mem_8k_scores(claim, ctx):
     b = models.score_matrix_bytes(8192)
     verdict = judge_approx(b / MIB, claim)
     note = f"{b / MB:.1f} MB in decimal units; the article's 'MB' is MiB (2^20 bytes)"
-    return [Verdict(verdict, f"{b / MIB:g} MiB", note, "analysis/models.py: score_matrix_bytes(8192)", unit="MiB")]
+    return [Verdict(verdict, f"{b / MIB:g} MiB", note, "analysis/core/models.py: score_matrix_bytes(8192)", unit="MiB")]
 
 
 @evaluator("mem_128k_head")
@@ -352,7 +353,7 @@ def mem_128k_head(claim, ctx):
     ]
     verdict = "holds" if all(checks) else "partly" if any(checks) else "fails"
     observed = f"{elements:.4g} elements; S {s / GB:.2f} GB; S+P {2 * s / GB:.1f} GB"
-    return [Verdict(verdict, observed, "decimal GB (1e9 bytes)", "analysis/models.py: score_matrix_bytes(131072)",
+    return [Verdict(verdict, observed, "decimal GB (1e9 bytes)", "analysis/core/models.py: score_matrix_bytes(131072)",
                     unit="GB")]  # fmt: skip
 
 
@@ -368,7 +369,7 @@ def mem_128k_oom(claim, ctx):
         f"layer ({layer:.0f} GB) do not"
     )
     return [Verdict(verdict, f"one head {one_head:.1f} GB; 32 heads {layer:.0f} GB", note,
-                    "analysis/models.py: score_matrix_bytes", unit="GB")]  # fmt: skip
+                    "analysis/core/models.py: score_matrix_bytes", unit="GB")]  # fmt: skip
 
 
 @evaluator("a100_bw")
@@ -379,7 +380,7 @@ def a100_bw(claim, ctx):
     )
     note = "datasheet figures confirmed; the 'effective ≈1.5 TB/s' (74% of peak) needs an A100 to measure"
     return [Verdict("holds" if ok else "fails", f"{s.hbm_tbps:g} TB/s; {s.fp16_tflops:g} TFLOP/s", note,
-                    "analysis/gpu_specs.yaml: a100-sxm4-80gb", unit="TB/s")]  # fmt: skip
+                    "analysis/core/gpu_specs.yaml: a100-sxm4-80gb", unit="TB/s")]  # fmt: skip
 
 
 @evaluator("time_128k_hbm")
@@ -387,7 +388,7 @@ def time_128k_hbm(claim, ctx):
     sp = 2 * models.score_matrix_bytes(131072)
     ms = 2 * sp / (claim.conditions["bandwidth_tbps"] * 1e12) * 1e3  # written once, read back once
     return [Verdict(judge_approx(ms, claim), f"{ms:.1f} ms", "2 × 68.7 GB (write, then read back) at 1.5 TB/s",
-                    "analysis/models.py: score_matrix_bytes", unit="ms")]  # fmt: skip
+                    "analysis/core/models.py: score_matrix_bytes", unit="ms")]  # fmt: skip
 
 
 @evaluator("time_128k_compute")
@@ -397,7 +398,7 @@ def time_128k_compute(claim, ctx):
     ms = flops / (c["peak_tflops"] * 1e12) * 1e3
     note = f"4·N²·d = {flops:.3g} FLOP for one head at 312 TFLOP/s; even one of the two products takes {ms / 2:.1f} ms"
     return [Verdict(judge_at_most(ms, claim.asserted["at_most"]), f"{ms:.1f} ms", note,
-                    "analysis/flops.py: attention_flops", unit="ms")]  # fmt: skip
+                    "analysis/core/flops.py: attention_flops", unit="ms")]  # fmt: skip
 
 
 @evaluator("idle_95")
@@ -411,7 +412,7 @@ def idle_95(claim, ctx):
         f"{idle:.0f}% idle",
         f"with the article's own A100 figures: {compute_ms:.1f} ms of matrix products under {hbm_ms:.1f} ms of "
         "S/P traffic, if the two overlap perfectly",
-        "analysis/models.py + analysis/flops.py",
+        "analysis/core/models.py + analysis/core/flops.py",
         unit="%",
     )
 
@@ -440,7 +441,7 @@ def incident_16x(claim, ctx):
     c = claim.conditions
     ratio = models.score_matrix_bytes(c["N_to"]) / models.score_matrix_bytes(c["N_from"])
     return [Verdict(judge_approx(ratio, claim), f"{ratio:g}×", "S and P grow as N²",
-                    "analysis/models.py: score_matrix_bytes", unit="×")]  # fmt: skip
+                    "analysis/core/models.py: score_matrix_bytes", unit="×")]  # fmt: skip
 
 
 @evaluator("incident_rollback")
@@ -490,7 +491,7 @@ def std_bytes_formula(claim, ctx):
         f"{article / MB:.1f} MB; io-q2-8k uses 8N² (545.27 MB) while ai-4096 and ai-limit use 6N²"
     )
     analytic = Verdict(verdict, f"{model}N² + 8Nd bytes (listed terms sum to {listed}N²)", note,
-                       "analysis/models.py: standard_attention_bytes", unit="bytes")  # fmt: skip
+                       "analysis/core/models.py: standard_attention_bytes", unit="bytes")  # fmt: skip
 
     def measured(gpu):
         pts = ctx.traffic_points(gpu, "naive", 128)
@@ -518,7 +519,7 @@ def std_flops(claim, ctx):
     f = attention_flops(1, 1, 1024, 1024, 64)
     ok = f == 4 * 1024 * 1024 * 64
     return [Verdict("holds" if ok else "fails", "4N²d", "two N×N×d matrix products of 2N²d FLOPs each",
-                    "analysis/flops.py: attention_flops", unit="FLOP")]  # fmt: skip
+                    "analysis/core/flops.py: attention_flops", unit="FLOP")]  # fmt: skip
 
 
 def _intensity(n: int, d: int, n2_coeff: int) -> tuple[float, float, float]:
@@ -542,7 +543,7 @@ def ai_4096(claim, ctx):
         f"(8N²+8Nd, see std-bytes-formula) gives {traffic8 / MB:.1f} MB and {ai8:.1f} FLOP/B"
     )
     return [Verdict("partly" if arithmetic else "fails", f"{flops / 1e9:.2f} GFLOP; {ai8:.1f} FLOP/B", note,
-                    "analysis/models.py + analysis/flops.py", unit="FLOP/B")]  # fmt: skip
+                    "analysis/core/models.py + analysis/core/flops.py", unit="FLOP/B")]  # fmt: skip
 
 
 @evaluator("ai_limit")
@@ -557,7 +558,7 @@ def ai_limit(claim, ctx):
         f"({lim8[128]:.0f} at d=128, {lim8[64]:.0f} at d=64)"
     )
     return [Verdict("partly" if arithmetic else "fails", f"d/2: {lim8[128]:.0f} (d=128), {lim8[64]:.0f} (d=64)",
-                    note, "analysis/models.py: standard_attention_bytes", unit="FLOP/B")]  # fmt: skip
+                    note, "analysis/core/models.py: standard_attention_bytes", unit="FLOP/B")]  # fmt: skip
 
 
 @evaluator("ai_order_d")
@@ -570,7 +571,7 @@ def ai_order_d(claim, ctx):
         "'≈2N² bytes' gives 2d (or d if 2N² counts elements), S1's ai-limit 2d/3, the per-kernel count d/2"
     )
     observed = ", ".join(f"{v:.1f} (d={d})" for d, v in ai.items())
-    return [Verdict("holds" if linear else "fails", observed, note, "analysis/models.py: standard_attention_bytes",
+    return [Verdict("holds" if linear else "fails", observed, note, "analysis/core/models.py: standard_attention_bytes",
                     unit="FLOP/B")]  # fmt: skip
 
 
@@ -579,7 +580,7 @@ def a100_knee(claim, ctx):
     s = gpus.spec("a100-sxm4-80gb")
     knee = gpus.ridge_point(s, "fp16")
     return [Verdict(judge_approx(knee, claim), f"{knee:.1f} FLOP/B", f"{s.fp16_tflops:g} / {s.hbm_tbps:g}",
-                    "analysis/gpu_specs.yaml: a100-sxm4-80gb", unit="FLOP/B")]  # fmt: skip
+                    "analysis/core/gpu_specs.yaml: a100-sxm4-80gb", unit="FLOP/B")]  # fmt: skip
 
 
 @evaluator("tc_bound_55")
@@ -593,7 +594,7 @@ def tc_bound_55(claim, ctx):
         f"{limit8:.0f}% (8N² bytes); {limit6:.1f}% (6N²)",
         f"roofline bound = intensity / knee at d=128 as N→∞ on the A100 (knee {knee:.0f} FLOP/B); with the "
         f"article's 6N² the bound is {limit6:.1f}%, slightly above its own 55%",
-        "analysis/models.py + analysis/gpu_specs.yaml",
+        "analysis/core/models.py + analysis/core/gpu_specs.yaml",
         unit="%",
     )
 
@@ -676,7 +677,7 @@ def fa_hbm_on(claim, ctx):
     # O(N) holds if the FA-1 model grows linearly; a quadratic model contradicts the claim, and since the
     # model is S1's own theorem (fa-io-theorem), the articles contradict each other
     verdict = "holds" if exponent < 1.25 else "inconsistent"
-    analytic = Verdict(verdict, f"N^{exponent:.2f} (FA-1 model)", note, "analysis/models.py: fa1_forward_bytes",
+    analytic = Verdict(verdict, f"N^{exponent:.2f} (FA-1 model)", note, "analysis/core/models.py: fa1_forward_bytes",
                        unit="bytes")  # fmt: skip
 
     def measured(gpu):
@@ -733,7 +734,7 @@ def fa1_blocks(claim, ctx):
         f"that is Bc={bc}, Br={br}"
     )
     return [Verdict("holds" if br == bc else "fails", f"Br = min(⌈M/4d⌉, d) = {br}; Bc = {bc}", note,
-                    "analysis/models.py: fa1_block_sizes")]  # fmt: skip
+                    "analysis/core/models.py: fa1_block_sizes")]  # fmt: skip
 
 
 @evaluator("recompute_flops_a")
@@ -745,8 +746,8 @@ def recompute_flops_a(claim, ctx):
         f"one extra N×N×d product (2N²d) over forward (4N²d) + backward without recomputation (8N²d) = "
         f"{pct:.1f}%; as a share of the recomputing training step {100 * r['share_of_training_step']:.1f}%"
     )
-    analytic = Verdict(judge_range([pct], lo, hi), f"{pct:.1f}%", note, "analysis/models.py: recompute_extra_flops",
-                       unit="%")  # fmt: skip
+    analytic = Verdict(judge_range([pct], lo, hi), f"{pct:.1f}%", note,
+                       "analysis/core/models.py: recompute_extra_flops", unit="%")  # fmt: skip
     return [analytic, *_measured(ctx, lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "increase"),
                                  "our kernel's forward and backward rows", optional=True)]  # fmt: skip
 
@@ -804,7 +805,7 @@ def recompute_flops_b(claim, ctx):
         "more than without recomputation), not 25–30%; contradicts recompute-flops-a (S1 §3.3: 15–20%), which "
         "matches the model; 25% is its share of a backward pass without recomputation only"
     )
-    analytic = Verdict(verdict, f"{whole:.1f}% of the whole", note, "analysis/models.py: recompute_extra_flops",
+    analytic = Verdict(verdict, f"{whole:.1f}% of the whole", note, "analysis/core/models.py: recompute_extra_flops",
                        unit="%")  # fmt: skip
     return [analytic, *_measured(ctx, lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "share"),
                                  "our kernel's forward and backward rows", optional=True)]  # fmt: skip
@@ -825,7 +826,7 @@ def mem_64k(claim, ctx):
     )
     verdict = "holds" if ok and ok_fa else "partly" if ok or ok_fa else "fails"
     return [Verdict(verdict, f"{sp_fp32 / 2**30:.0f} GiB → {lse_kib:.0f} KiB", note,
-                    "analysis/models.py: score_matrix_bytes", unit="GiB")]  # fmt: skip
+                    "analysis/core/models.py: score_matrix_bytes", unit="GiB")]  # fmt: skip
 
 
 @evaluator("fa_io_theorem")
@@ -842,7 +843,7 @@ def fa_io_theorem(claim, ctx):
     )
     constant = max(ratios) / min(ratios) < 1.1  # Θ(·): the ratio to N²d²/M does not drift with N
     return [Verdict("holds" if constant else "fails", "traffic / (N²d²/M) = " + ", ".join(f"{r:.1f}" for r in ratios),
-                    note, "analysis/models.py: fa1_forward_bytes")]  # fmt: skip
+                    note, "analysis/core/models.py: fa1_forward_bytes")]  # fmt: skip
 
 
 @evaluator("io_ratio_20")
@@ -856,7 +857,8 @@ def io_ratio_20(claim, ctx):
         f"(Q read, O read and written per K/V block) the reduction at N={n} is {ratio:.1f}× (→ M/3d² for large N)"
     )
     return [Verdict(judge_approx(ratio, claim), f"{ratio:.1f}× (M/d² = {theory:.1f})", note,
-                    "analysis/models.py: standard_attention_total_bytes, fa1_forward_bytes", unit="×")]  # fmt: skip
+                    "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
+                    unit="×")]  # fmt: skip
 
 
 def _q2(n: int, d: int, m: int):
@@ -883,7 +885,8 @@ def io_q2_8k(claim, ctx):
     )
     verdict = "inconsistent" if arithmetic else "fails"
     return [Verdict(verdict, f"{std / q_only['total']:.2f}× (Q-only accounting)", note,
-                    "analysis/models.py: standard_attention_total_bytes, fa1_forward_bytes", unit="×")]  # fmt: skip
+                    "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
+                    unit="×")]  # fmt: skip
 
 
 @evaluator("io_q2_32k")
@@ -897,7 +900,8 @@ def io_q2_32k(claim, ctx):
         f"ratio stays ≈3×; with Algorithm 1's O traffic {std / full['total']:.2f}×"
     )
     return [Verdict(judge_approx(ratio, claim), f"{ratio:.2f}×", note,
-                    "analysis/models.py: standard_attention_total_bytes, fa1_forward_bytes", unit="×")]  # fmt: skip
+                    "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
+                    unit="×")]  # fmt: skip
 
 
 ONLINE_SOFTMAX_NS = (64, 128, 1024, 16384)  # one 64-key block, then 2, 16 and 256 blocks
@@ -1006,7 +1010,7 @@ def causal_skip_50(claim, ctx):
         judge_approx(saved, claim),
         f"{saved:.1f}% of tiles skipped",
         f"{t}×{t} tiles (N=16384, 128-row blocks): (T+1)/2T computed",
-        "analysis/models.py: causal_block_fraction",
+        "analysis/core/models.py: causal_block_fraction",
         unit="%",
     )
 
@@ -1035,7 +1039,7 @@ def causal_skip_50(claim, ctx):
 def h100_peak(claim, ctx):
     s = gpus.spec("h100-sxm5-80gb")
     return [Verdict(judge_approx(s.fp16_tflops, claim), f"{s.fp16_tflops:g} TFLOP/s", "dense, SXM5",
-                    "analysis/gpu_specs.yaml: h100-sxm5-80gb", unit="TFLOP/s")]  # fmt: skip
+                    "analysis/core/gpu_specs.yaml: h100-sxm5-80gb", unit="TFLOP/s")]  # fmt: skip
 
 
 @evaluator("fp8_2pf")
@@ -1044,7 +1048,7 @@ def fp8_2pf(claim, ctx):
     ratio = s.fp8_tflops / s.fp16_tflops
     out = [Verdict(judge_approx(s.fp8_tflops, claim), f"{s.fp8_tflops:g} TFLOP/s",
                    f"dense fp8 is {ratio:.2f}× dense fp16 on the datasheet",
-                   "analysis/gpu_specs.yaml: h100-sxm5-80gb", unit="TFLOP/s")]  # fmt: skip
+                   "analysis/core/gpu_specs.yaml: h100-sxm5-80gb", unit="TFLOP/s")]  # fmt: skip
 
     def one(gpu):
         rows = ctx.ok(gpu, experiment="fp8-speed")
@@ -1173,7 +1177,7 @@ def fp32_16x(claim, ctx):
         "dots, would give only 2×"
     )
     observed = "; ".join(f"{k} {v:.1f}×" for k, v in ratios.items())
-    return [Verdict(verdict, observed, note, "analysis/gpu_specs.yaml", unit="×")]
+    return [Verdict(verdict, observed, note, "analysis/core/gpu_specs.yaml", unit="×")]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from analysis import outputs
+from analysis.core import outputs
 
 # Files only, never a window: this runs in workflow jobs and on headless GPU machines.
 matplotlib.use("Agg")
@@ -554,7 +554,7 @@ def gpu_comparison(df: pd.DataFrame, out_png) -> pd.DataFrame:
     ``df`` holds the rows of several GPUs (one table per GPU, concatenated). The peak comes from the GPU
     specification table (``analysis.gpus``); a GPU type missing from it gets no fraction.
     """
-    from analysis import gpus as specs
+    from analysis.core import gpus as specs
 
     d = ok_timed(prepare(df, "fa2-setting", several_gpus=True))
     d = d[d["mode"] == "fwd"].dropna(subset=["tflops"])

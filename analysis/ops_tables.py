@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.tables import PROVENANCE, STATUSES, TELEMETRY, frame, read_tables, write_frame
+from analysis.core.tables import PROVENANCE, STATUSES, TELEMETRY, frame, read_tables, write_frame
 
 IDENTITY = ["experiment", "family", "op", "impl", "dtype", "model", "m", "n", "k", "group_size", "experts", "top_k",
             "tokens", "routing", "stage"]  # fmt: skip

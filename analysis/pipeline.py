@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import outputs, tables, validate
+from analysis.core import outputs, tables, validate
 
 log = logging.getLogger("pipeline")
 
@@ -29,7 +29,7 @@ def setup_logging(log_path: str | Path | None) -> None:
 
 def check_gpu(expected_gpu: str) -> dict:
     """This job's environment; fails clearly if the job landed on another GPU type than asked for."""
-    from analysis.provenance import environment
+    from analysis.core.provenance import environment
 
     env = environment()
     if env["gpu"] != expected_gpu:
@@ -48,7 +48,7 @@ def record_environment(
     """Write the environment of a result set after checking the GPU type; with ``out_packages``, also
     the snapshot of every installed Python package (name==version, one a line). ``extra``: fields the
     workflow adds (``gpu_count``: how many GPUs of this type the run's jobs were spread over)."""
-    from analysis.provenance import installed_packages
+    from analysis.core.provenance import installed_packages
 
     env = {**check_gpu(expected_gpu), **(extra or {})}
     outputs.write_text(out_json, json.dumps(env, indent=2, sort_keys=True) + "\n")
@@ -75,8 +75,8 @@ def run_interpreter_check(spec: dict, out_csv: str | Path) -> pd.DataFrame:
         raise RuntimeError("set TRITON_INTERPRET=1 before Triton is imported (the workflow's rule does)")
     import torch
 
+    from analysis.core.provenance import environment
     from analysis.experiments import attention
-    from analysis.provenance import environment
 
     torch.set_num_threads(1)
     s = attention.Spec(**spec)
@@ -191,7 +191,7 @@ def render_report(
     so a bad input fails this step with the file named and leaves the previous report in place.
     ``notices``: banners at the top (e.g. that no shipped results are included)."""
     from analysis import ops_tables, report
-    from analysis.provenance import git_sha, now_utc
+    from analysis.core.provenance import git_sha, now_utc
 
     sections = []
     for g in gpus:

@@ -23,8 +23,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from analysis import outputs, tables, validate
-from analysis.provenance import now_utc
+from analysis.core import outputs, tables, validate
+from analysis.core.provenance import now_utc
 
 
 def _sha256(path: Path) -> str:
@@ -32,8 +32,9 @@ def _sha256(path: Path) -> str:
 
 
 # what a result row depends on: a difference here between two commits can change a measurement
-MEASURED_CODE = ["kernels", "analysis/experiments", "analysis/harness.py", "analysis/flops.py", "analysis/models.py",
-                 "workflow/scripts/attention_benchmark.py", "workflow/scripts/ops_benchmark.py"]  # fmt: skip
+MEASURED_CODE = ["kernels", "analysis/experiments", "analysis/core/harness.py", "analysis/core/flops.py",
+                 "analysis/core/models.py", "workflow/scripts/attention_benchmark.py",
+                 "workflow/scripts/ops_benchmark.py"]  # fmt: skip
 
 
 def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, list[str]]:

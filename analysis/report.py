@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from analysis import outputs, validate
+from analysis.core import outputs, validate
+from analysis.core.tables import STATUSES
 from analysis.figures import DTYPE_ORDER, MODE_TEXT, OURS, PALETTE, SECTIONS, fa2_mode
-from analysis.tables import STATUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "reports" / "templates"

@@ -81,8 +81,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import models, tables
-from analysis.provenance import now_utc
+from analysis.core import models, tables
+from analysis.core.provenance import now_utc
 
 log = logging.getLogger(__name__)
 
@@ -462,7 +462,7 @@ SCHEMA = "traffic_result.schema.yaml"
 
 def read_rows(path: str | Path) -> pd.DataFrame:
     """A traffic table, validated against ``workflow/schemas/traffic_result.schema.yaml`` first."""
-    from analysis import validate
+    from analysis.core import validate
 
     return validate.read_csv(path, SCHEMA)[COLUMNS]
 
@@ -598,8 +598,8 @@ def run(spec: Spec | dict, env: dict, out_csv: str | Path, workdir: str | Path,
 
 def run_job(spec: dict, env_json: str | Path, out_csv: str | Path, workdir: str | Path) -> pd.DataFrame:
     """The workflow's entry point: check the GPU type named by the result set, then ``run``."""
+    from analysis.core.validate import read_environment
     from analysis.pipeline import check_gpu
-    from analysis.validate import read_environment
 
     env = check_gpu(read_environment(env_json)["gpu"])
     return run(spec, env, out_csv, workdir, log_line=log.info)

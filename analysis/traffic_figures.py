@@ -29,7 +29,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from analysis import figures, models, traffic
+from analysis import figures, traffic
+from analysis.core import models
 
 # figures' look (palette, markers, theme, N axis) is shared so an implementation looks the same everywhere
 from analysis.figures import MARKERS, OURS, NoDataError, _colour, _gpu_label, _impl_order, _log2_x, _save, _theme

@@ -33,8 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from analysis import harness
-from analysis.provenance import now_utc
+from analysis.core import harness
+from analysis.core.provenance import now_utc
 
 log = logging.getLogger("traffic_target")
 

@@ -5,7 +5,7 @@ Each fake still calls the timed callable once for real, so an experiment's whole
 
 from __future__ import annotations
 
-from analysis import harness
+from analysis.core import harness
 
 MS = 2.0  # the fake median time of every timed point
 

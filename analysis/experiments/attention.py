@@ -51,7 +51,10 @@ from collections.abc import Callable
 
 import torch
 
-from analysis import harness
+from analysis.core import harness
+from analysis.core.flops import attention_flops, tflops
+from analysis.core.models import attention_io_bytes
+from analysis.core.provenance import now_utc, row_provenance
 from analysis.experiments.spec import (
     DECODE_IMPLS,
     DENSE_IMPLS,
@@ -64,9 +67,6 @@ from analysis.experiments.spec import (
     VARLEN_IMPLS,
     Spec,
 )
-from analysis.flops import attention_flops, tflops
-from analysis.models import attention_io_bytes
-from analysis.provenance import now_utc, row_provenance
 from kernels import tolerance
 from kernels.attention import reference
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 
 from analysis import sass
-from analysis.provenance import now_utc
+from analysis.core.provenance import now_utc
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from collections.abc import Callable
 
 import torch
 
-from analysis import harness
+from analysis.core import harness
+from analysis.core.flops import attention_flops, gemm_flops, tflops
 from analysis.experiments import attention as att
 from analysis.experiments.spec import FP8_GRANULARITIES, Spec
-from analysis.flops import attention_flops, gemm_flops, tflops
 from kernels import tolerance
 from kernels.attention import reference
 
@@ -121,7 +121,7 @@ class Quantised:
 
 def run(spec: Spec, env: dict, device: str, log_line: Callable[[str], None]) -> list[dict]:
     """Measure every point of an ``fp8-speed`` or ``fp8-accuracy`` shard (rows in analysis.tables format)."""
-    from analysis.provenance import row_provenance
+    from analysis.core.provenance import row_provenance
 
     timed = spec.experiment == "fp8-speed" and device != "cpu"
     dtype = att.DTYPES[spec.dtype]

@@ -19,8 +19,8 @@ real cost is in each shard's log.
 
 from __future__ import annotations
 
+from analysis.core.flops import attention_flops
 from analysis.experiments.spec import FA3_IMPLS, Spec
-from analysis.flops import attention_flops
 
 MODE_SLUG = {"fwd": "", "bwd": "_bwd", "fwd+bwd": "_fwdbwd"}
 

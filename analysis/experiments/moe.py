@@ -44,11 +44,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from analysis import harness, models
+from analysis.core import harness, models
+from analysis.core.flops import gemm_flops, moe_ffn_flops
+from analysis.core.provenance import row_provenance
 from analysis.experiments import ops_common as oc
 from analysis.experiments.ops_grid import MOE_IMPLS, STAGES, MoeSpec
-from analysis.flops import gemm_flops, moe_ffn_flops
-from analysis.provenance import row_provenance
 
 log = logging.getLogger(__name__)
 

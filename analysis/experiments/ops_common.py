@@ -11,11 +11,11 @@ import math
 
 import torch
 
-from analysis import harness
+from analysis.core import harness
+from analysis.core.provenance import now_utc
 from analysis.experiments.attention import DTYPES, generator, randn, short  # noqa: F401 (re-exported)
 from analysis.experiments.attention import _check_rows as sample_rows  # noqa: F401 (re-exported)
 from analysis.ops_tables import METRICS, TELEMETRY
-from analysis.provenance import now_utc
 from kernels import tolerance
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from analysis import models
-from analysis.flops import gemm_flops, moe_ffn_flops
+from analysis.core import models
+from analysis.core.flops import gemm_flops, moe_ffn_flops
 
 # Llama-3 linear layers, in_features → out_features (the weight is [out, in] = [n, k]).
 QUANT_SHAPES = {

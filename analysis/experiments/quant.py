@@ -4,7 +4,7 @@ A shard is one layer shape ``W [n, k]`` (out × in features), one dtype and one 
 draws W once (normal, scaled by 1/√k so that outputs are O(1)), quantises it, then for every M of
 ``spec.ms`` draws ``x [M, k]`` and measures each implementation of ``y = x Wᵀ``:
 
-- ``ours-w4a16``: ``kernels.quant.w4a16.matmul`` (int4 dequantised in registers; split-K for M ≤ 16);
+- ``ours-w4a16``: ``kernels.w4a16.matmul`` (int4 dequantised in registers; split-K for M ≤ 16);
 - ``ours-w8a16``: ``w4a16.matmul_w8`` on the int8 per-channel weight;
 - ``torch-linear``: ``F.linear`` on the unquantised 16-bit weight (cuBLAS);
 - ``dequant-linear``: ``w4a16.dequantize`` to a 16-bit weight in memory (on a GPU one Triton kernel at
@@ -34,17 +34,17 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from analysis import harness, models
+from analysis.core import harness, models
+from analysis.core.flops import gemm_flops
+from analysis.core.provenance import row_provenance
 from analysis.experiments import ops_common as oc
 from analysis.experiments.ops_grid import QuantSpec
-from analysis.flops import gemm_flops
-from analysis.provenance import row_provenance
 
 log = logging.getLogger(__name__)
 
 
 def _weights(spec: QuantSpec, dtype, device, gen):
-    from kernels.quant import w4a16
+    from kernels import w4a16
 
     w = oc.randn((spec.n, spec.k), gen, dtype, device, scale=spec.k**-0.5)
     pw = w4a16.quantize(w, spec.group_size, spec.symmetric)
@@ -56,7 +56,7 @@ class _Int4Pack:
     """PyTorch's int4 weight-only format of the same codes, and the weight it multiplies by."""
 
     def __init__(self, pw, spec: QuantSpec, dtype, device):
-        from kernels.quant import w4a16
+        from kernels import w4a16
 
         if not hasattr(torch, "_weight_int4pack_mm"):
             raise NotImplementedError("this PyTorch has no torch._weight_int4pack_mm")
@@ -80,8 +80,8 @@ class _Int4Pack:
 
 
 def _config_text(m: int, spec: QuantSpec, device) -> str:
+    from kernels import w4a16
     from kernels._runtime import multiprocessor_count
-    from kernels.quant import w4a16
 
     sms = multiprocessor_count(torch.device(device), 132)
     return str(w4a16.choose_config(m, spec.n, spec.k, sm_count=sms))
@@ -90,7 +90,7 @@ def _config_text(m: int, spec: QuantSpec, device) -> str:
 def run(spec: QuantSpec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info,
         timed: bool = True) -> list[dict]:  # fmt: skip
     """Measure every (M, implementation) point of ``spec``; rows in ``analysis.ops_tables`` format."""
-    from kernels.quant import w4a16
+    from kernels import w4a16
 
     dtype = oc.DTYPES[spec.dtype]
     prov = row_provenance(env)

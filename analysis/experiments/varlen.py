@@ -31,10 +31,10 @@ from collections.abc import Callable
 
 import torch
 
-from analysis import harness
+from analysis.core import harness
+from analysis.core.flops import attention_flops, tflops
+from analysis.core.provenance import row_provenance
 from analysis.experiments import attention as att
-from analysis.flops import attention_flops, tflops
-from analysis.provenance import row_provenance
 from kernels import tolerance
 from kernels.attention import reference
 

@@ -40,25 +40,21 @@ tile sweep was run on the H200 with the backward as it was before the Δ kernel 
 split; the current backward, the eager-rescaling mode and the varlen path have been run only in the
 interpreter and compiled (not run) for sm_90a.
 
-Layers: the ``@triton.jit`` kernels (forward, then backward) are in ``fa2_kernels.py``; here, top to
-bottom: configuration (dataclasses, factories, pruning, env pins); the launchers ``forward`` and ``backward``
-(checks, allocation, grid), dense then packed; the ``autograd.Function``s; the public functions
-``attention`` and ``attention_varlen``.
+Layers: the ``@triton.jit`` kernels (forward, then backward) are in ``fa2_kernels.py``, the launch
+configurations and the forward's tuner in ``fa2_config.py``; here, top to bottom: the launchers ``forward``
+and ``backward`` (checks, allocation, grid), dense then packed; the ``autograd.Function``s; the public
+functions ``attention`` and ``attention_varlen``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
-import os
-from typing import NamedTuple
 
 import torch
 import triton
 
 from kernels._runtime import (
-    INTERPRET,
     check_bf16,
     check_device,
     check_flag,
@@ -67,13 +63,25 @@ from kernels._runtime import (
     host_values,
     softmax_scale,
 )
+from kernels.attention import fa2_config
+from kernels.attention.fa2_config import (  # noqa: F401  (part of fa2's interface: fa2.FA2Config, fa2.CONFIG_ENV, ...)
+    BWD_CONFIG_ENV,
+    CONFIG_ENV,
+    MAX_HEAD_DIM,
+    FA2BwdConfig,
+    FA2Config,
+    bwd_configs_in_effect,
+    configs_in_effect,
+    default_bwd_configs,
+    default_configs,
+    gpu_bwd_configs,
+)
 from kernels.attention.fa2_kernels import (
     _attn_bwd_delta_kernel,
     _attn_bwd_dkdv_kernel,
     _attn_bwd_dq_kernel,
     _attn_fwd_inner,  # noqa: F401  (decode.py imports it from here)
     _attn_fwd_kernel,
-    _fwd_heuristic_kernel,
 )
 
 __all__ = [
@@ -93,153 +101,20 @@ __all__ = [
     "MAX_HEAD_DIM",
 ]
 
-MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _LOG2E = 1.4426950408889634
 
 
 # ---------------------------------------------------------------------------------------------------
-# Configuration
+# Launcher
 # ---------------------------------------------------------------------------------------------------
 
-CONFIG_ENV = "KERNELS_FA2_CONFIG"
 
-
-@dataclasses.dataclass(frozen=True)
-class FA2Config:
-    """One launch configuration: tile sizes and the compiler's warps and pipeline depth."""
-
-    block_m: int
-    block_n: int
-    num_warps: int
-    num_stages: int
-
-    def __post_init__(self) -> None:
-        for name in ("block_m", "block_n"):  # tl.arange and tl.dot: powers of two, at least 16
-            value = check_int(name, getattr(self, name))
-            if value < 16 or value & (value - 1):
-                raise ValueError(f"FA2Config {name} must be a power of two >= 16, got {value}")
-        warps = check_int("num_warps", self.num_warps)
-        if warps < 1 or warps & (warps - 1):
-            raise ValueError(f"FA2Config num_warps must be a power of two >= 1, got {warps}")
-        check_int("num_stages", self.num_stages, minimum=1)
-
-    def to_triton(self) -> triton.Config:
-        return triton.Config(
-            {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n},
-            num_warps=self.num_warps,
-            num_stages=self.num_stages,
-        )
-
-    def __str__(self) -> str:
-        return f"BLOCK_M={self.block_m},BLOCK_N={self.block_n},num_warps={self.num_warps},num_stages={self.num_stages}"
-
-    @classmethod
-    def parse(cls, text: str) -> FA2Config:
-        """Parse ``BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3`` (the form ``str`` prints)."""
-        fields = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "num_warps": "num_warps", "num_stages": "num_stages"}
-        values = {}
-        for part in text.split(","):
-            name, _, value = part.strip().partition("=")
-            if name not in fields or not value.strip().isdigit():
-                raise ValueError(f"cannot parse FA-2 config {text!r}: expected {str(cls(128, 64, 8, 3))!r}")
-            values[fields[name]] = int(value)
-        if set(values) != set(fields.values()):
-            raise ValueError(f"FA-2 config {text!r} must set all of {list(fields)}")
-        return cls(**values)
-
-    @classmethod
-    def from_triton(cls, cfg: triton.Config) -> FA2Config:
-        return cls(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages)
-
-
-def default_configs() -> list[FA2Config]:
-    """The autotuning space.
-
-    On a GPU: 128-row Q tiles with 8 warps (two warpgroups, Hopper's wgmma shape) won at head dim 128
-    on an H200 (block sweep, Triton 3.6: 128×64 or 128×128 with 3–4 stages, 4 warps at half speed);
-    at head dim 64 four warps also do; 64-row tiles keep head dim 256 within registers and shared
-    memory and suit GPUs with less shared memory. The pruning filter drops what cannot fit the shape
-    or the device. Triton's automatic warp specialisation gave no gain there and failed to compile
-    with 4 warps, so it is not in the space.
-    In the interpreter, small tiles keep the CPU run short while still crossing several tiles.
-    """
-    if INTERPRET:
-        return [FA2Config(32, 16, 4, 1)]
-    return [
-        FA2Config(128, 128, 8, 3),
-        FA2Config(128, 64, 8, 3),
-        FA2Config(128, 64, 8, 4),
-        FA2Config(128, 64, 4, 3),
-        FA2Config(128, 128, 4, 3),
-        FA2Config(64, 64, 4, 3),
-        FA2Config(64, 32, 4, 2),
-    ]
-
-
-@functools.cache
-def _shared_mem_limit(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 1 << 30
-    index = torch.cuda.current_device() if device.index is None else device.index
-    props = triton.runtime.driver.active.utils.get_device_properties(index)
-    return int(props["max_shared_mem"])
-
-
-def _fits(cfg: FA2Config, block_d: int, elem_bytes: int, smem_limit: int) -> bool:
-    # Q tile once, K and V tiles once per pipeline stage; registers: the fp32 accumulator
-    # (BLOCK_M × BLOCK_D) spread over the program's threads must leave room for Q, P and addresses.
-    smem = (cfg.block_m * block_d + 2 * cfg.num_stages * cfg.block_n * block_d) * elem_bytes
-    acc_regs_per_thread = cfg.block_m * block_d // (32 * cfg.num_warps)
-    return smem <= smem_limit and acc_regs_per_thread <= 128
-
-
-def _prune(configs, named_args, **kwargs):
-    q = named_args["Q"]
-    block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D"))
-    limit = _shared_mem_limit(q.device)
-    seq_cap = max(16, triton.next_power_of_2(named_args["seqlen_q"]))
-    kept = []
-    for c in configs:
-        cfg = FA2Config.from_triton(c)
-        if cfg.block_m > seq_cap and cfg.block_m > 64:
-            continue
-        if _fits(cfg, block_d, q.element_size(), limit):
-            kept.append(c)
-    # never leave the tuner empty: the smallest tile always compiles
-    return kept or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
-
-
-def _bench_for_tuning(fn, quantiles):
-    # shorter than do_bench's defaults: tuning is a ranking, the harness does the careful timing
-    return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=quantiles)
-
-
-_TUNERS: dict[tuple, object] = {}
+# What the launchers ran: the tuner's choice per shape (launched directly after the first call) and the
+# configurations of the most recent forward and backward.
 _CHOSEN: dict[tuple, FA2Config] = {}  # (configs, device, dtype, shape, causal, eager, varlen) -> tuned choice
 _LAST_CONFIG: list[FA2Config | None] = [None]
-
-
-def _tuner(configs: tuple[FA2Config, ...]):
-    """An autotuned kernel over ``configs`` (cached: each tuner keeps its own per-shape choices)."""
-    if configs not in _TUNERS:
-        _TUNERS[configs] = triton.autotune(
-            configs=[c.to_triton() for c in configs],
-            # dtypes are part of the key too
-            key=["seqlen_q", "seqlen_k", "HEAD_DIM", "IS_CAUSAL", "EAGER_RESCALE"],
-            prune_configs_by={"early_config_prune": _prune},
-            do_bench=_bench_for_tuning,
-        )(_fwd_heuristic_kernel)
-    return _TUNERS[configs]
-
-
-def _configs_in_effect(config: FA2Config | None) -> tuple[FA2Config, ...]:
-    if config is not None:
-        return (config,)
-    pinned = os.environ.get(CONFIG_ENV, "").strip()
-    if pinned:
-        return (FA2Config.parse(pinned),)
-    return tuple(default_configs())
+_LAST_BWD_CONFIG: list[FA2BwdConfig | None] = [None]
 
 
 def last_config() -> FA2Config | None:
@@ -247,132 +122,9 @@ def last_config() -> FA2Config | None:
     return _LAST_CONFIG[0]
 
 
-BWD_CONFIG_ENV = "KERNELS_FA2_BWD_CONFIG"
-BWD_CONFIG_INTERPRET = FA2Config(16, 16, 4, 1)
-
-
-class FA2BwdConfig(NamedTuple):
-    """The backward's two launch configurations, one per pass.
-
-    ``dkdv``: BLOCK_N keys per program, query tiles of BLOCK_M rows streamed past them. ``dq``: BLOCK_M
-    queries per program, key tiles of BLOCK_N rows streamed. ``str`` gives the form the environment
-    variable ``KERNELS_FA2_BWD_CONFIG`` takes: ``dkdv=BLOCK_M=64,BLOCK_N=64,...;dq=BLOCK_M=128,...``.
-    """
-
-    dkdv: FA2Config
-    dq: FA2Config
-
-    def __str__(self) -> str:
-        return f"dkdv={self.dkdv};dq={self.dq}"
-
-    @classmethod
-    def parse(cls, text: str) -> FA2BwdConfig:
-        """Parse ``dkdv=<FA2Config>;dq=<FA2Config>`` (the form ``str`` prints; both passes required)."""
-        parts: dict[str, FA2Config] = {}
-        for chunk in text.split(";"):
-            name, _, config = chunk.strip().partition("=")
-            name = name.strip()
-            if name not in ("dkdv", "dq") or name in parts:
-                raise ValueError(
-                    f"cannot parse FA-2 backward config {text!r}: expected 'dkdv=<config>;dq=<config>', "
-                    f"e.g. {str(cls(FA2Config(64, 64, 4, 2), FA2Config(128, 128, 8, 2)))!r}"
-                )
-            parts[name] = FA2Config.parse(config)
-        if set(parts) != {"dkdv", "dq"}:
-            raise ValueError(f"FA-2 backward config {text!r} must set both passes, dkdv= and dq=")
-        return cls(parts["dkdv"], parts["dq"])
-
-
-# The best backward tiles of an H200 sweep (Triton 3.6, float16, N = 4096, 16384 tokens, hidden size 2048;
-# one pass's configuration varied at a time, the whole backward timed), keyed by (padded head dim,
-# causal). d = 128: dK/dV 64×64 w4 s2 with 128×64 w8 s2 close (every BLOCK_N = 128 for dK/dV was 2× slower);
-# dQ 128×128 w8 s2 with 128×64 w8 s2 close. With these the backward ran at 327 TFLOP/s at d = 128,
-# non-causal, against 280 for SDPA's flash backend and 495 for cuDNN.
-_BWD_SWEEP_H200: dict[tuple[int, bool], FA2BwdConfig] = {
-    (64, False): FA2BwdConfig(FA2Config(64, 64, 4, 3), FA2Config(128, 64, 8, 2)),
-    (64, True): FA2BwdConfig(FA2Config(64, 64, 4, 3), FA2Config(64, 64, 4, 3)),
-    (128, False): FA2BwdConfig(FA2Config(64, 64, 4, 2), FA2Config(128, 128, 8, 2)),
-    (128, True): FA2BwdConfig(FA2Config(64, 64, 4, 2), FA2Config(128, 128, 8, 2)),
-    (256, False): FA2BwdConfig(FA2Config(64, 64, 8, 2), FA2Config(64, 64, 4, 2)),
-    (256, True): FA2BwdConfig(FA2Config(64, 64, 8, 2), FA2Config(64, 64, 4, 2)),
-}
-# tried in order when the swept tile does not fit a GPU (less shared memory) or a dtype (float32)
-_BWD_FALLBACKS = (
-    FA2Config(64, 64, 4, 2),
-    FA2Config(64, 32, 4, 2),
-    FA2Config(32, 32, 4, 2),
-    FA2Config(32, 32, 4, 1),
-    FA2Config(16, 16, 4, 1),
-)
-
-
-def _bwd_fits(which: str, cfg: FA2Config, block_d: int, elem_bytes: int, smem_limit: int) -> bool:
-    """Whether a backward pass's tile plausibly fits: an estimate, not the compiler's allocation.
-
-    Shared memory: the two resident tiles (K, V for dK/dV; Q, dO for dQ) once and the two streamed tiles
-    once per pipeline stage, plus 10 KiB of scratch. Calibrated on what Triton 3.6 allocates compiling
-    these kernels for sm_90 with aligned inputs: the tiles alone exactly for dQ (e.g. 192 KiB for
-    128×128 s2 at d = 128, fp16), the tiles plus 9 KiB for dK/dV (105 KiB for 64×64 s2 at d = 128).
-    Registers: the fp32 accumulators (dK and dV, or dQ) spread over the program's threads must leave room
-    for the rest, as in the forward's ``_fits``.
-    """
-    if which == "dkdv":
-        resident, streamed, acc_rows = cfg.block_n, cfg.block_m, 2 * cfg.block_n
-    else:
-        resident, streamed, acc_rows = cfg.block_m, cfg.block_n, cfg.block_m
-    smem = (2 * resident + 2 * cfg.num_stages * streamed) * block_d * elem_bytes + 10 * 1024
-    return smem <= smem_limit and acc_rows * block_d // (32 * cfg.num_warps) <= 128
-
-
-def gpu_bwd_configs(head_dim: int, causal: bool, *, elem_bytes: int = 2, smem_limit: int) -> FA2BwdConfig:
-    """The backward tiles for a GPU with ``smem_limit`` bytes of shared memory per block: the H200
-    sweep's best for this head dim when it fits (``_bwd_fits``), else the first fallback that does."""
-    if not 1 <= head_dim <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {head_dim} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    swept = _BWD_SWEEP_H200[(max(64, block_d), bool(causal))]
-    chosen = []
-    for which, best in (("dkdv", swept.dkdv), ("dq", swept.dq)):
-        candidates = (best, *_BWD_FALLBACKS)
-        chosen.append(next((c for c in candidates if _bwd_fits(which, c, block_d, elem_bytes, smem_limit)),
-                           candidates[-1]))  # fmt: skip
-    return FA2BwdConfig(*chosen)
-
-
-def default_bwd_configs(
-    head_dim: int, causal: bool, device: torch.device | str | None = None, dtype: torch.dtype = torch.float16
-) -> FA2BwdConfig:
-    """The backward tiles used when none is pinned: 16×16 in the interpreter (a short CPU run that still
-    crosses several tiles), else ``gpu_bwd_configs`` for ``device`` (the current CUDA device if None)."""
-    if INTERPRET:
-        return FA2BwdConfig(BWD_CONFIG_INTERPRET, BWD_CONFIG_INTERPRET)
-    if device is None:
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
-    return gpu_bwd_configs(
-        head_dim, causal, elem_bytes=dtype.itemsize, smem_limit=_shared_mem_limit(torch.device(device))
-    )
-
-
-_LAST_BWD_CONFIG: list[FA2BwdConfig | None] = [None]
-
-
-def _bwd_configs_in_effect(
-    head_dim: int, causal: bool, q: torch.Tensor, dkdv_config: FA2Config | None, dq_config: FA2Config | None
-) -> FA2BwdConfig:
-    """Explicit arguments first (each pass on its own), then ``KERNELS_FA2_BWD_CONFIG``, then the defaults."""
-    pinned = os.environ.get(BWD_CONFIG_ENV, "").strip()
-    base = FA2BwdConfig.parse(pinned) if pinned else default_bwd_configs(head_dim, causal, q.device, q.dtype)
-    return FA2BwdConfig(dkdv_config or base.dkdv, dq_config or base.dq)
-
-
 def last_bwd_config() -> FA2BwdConfig | None:
     """The (dK/dV, dQ) configurations the most recent ``backward`` ran with; ``str`` gives the env form."""
     return _LAST_BWD_CONFIG[0]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Launcher
-# ---------------------------------------------------------------------------------------------------
 
 
 RESCALE_MODES = ("lazy", "eager")
@@ -518,13 +270,13 @@ def _launch_forward(
     )  # fmt: skip
     constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
                      IS_VARLEN=varlen, EAGER_RESCALE=eager, EVEN_D=head_dim == block_d)  # fmt: skip
-    configs = _configs_in_effect(config)
+    configs = configs_in_effect(config)
     key = (configs, q.device, q.dtype, seqlen_q, seqlen_k, head_dim, causal, eager, varlen)
     chosen = _CHOSEN.get(key) or (configs[0] if len(configs) == 1 else None)
     with device_guard(q):
         if chosen is None:
             # first call for this shape: Triton's autotuner times the candidates, then runs the best
-            tuner = _tuner(configs)
+            tuner = fa2_config.tuner(configs)
             tuner[lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), batch * heads)](*args, **constants)
             chosen = _CHOSEN[key] = FA2Config.from_triton(tuner.best_config)
         else:
@@ -654,7 +406,7 @@ def backward(
     b, h, seqlen_q, d = q.shape
     _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
     sm_scale = softmax_scale(d, sm_scale)
-    configs = _bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
+    configs = bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
     _LAST_BWD_CONFIG[0] = configs
     if q.numel() == 0 or k.numel() == 0:
         # nothing to launch: the gradients of an empty side, or of rows that see no key, are zeros
@@ -696,7 +448,7 @@ def _check_grad_shapes(do, out, lse, q_shape, lse_shape, q: torch.Tensor | None 
 
 def _backward_packed(do, q, k, v, out, lse, packing: _Packing, causal, sm_scale, dkdv_config, dq_config):
     total_q, h, d = q.shape
-    configs = _bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
+    configs = bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
     _LAST_BWD_CONFIG[0] = configs
     if q.numel() == 0 or k.numel() == 0:
         return tuple(torch.zeros(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))

@@ -14,7 +14,7 @@ biases, quantised weights.
 
 Tested: in Triton's interpreter on CPU against ``reference.moe_ffn_reference`` in float64
 (tests/kernels/test_moe.py), and on an H200 (the GPU-marked tests: bf16 against the reference, no host
-synchronisation). The shipped H200 run times the layer stage by stage (``analysis/experiments/moe.py``).
+synchronisation). The ``moe`` family's experiment times the layer stage by stage (``analysis/families/moe/run.py``).
 """
 
 from __future__ import annotations

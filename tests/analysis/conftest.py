@@ -5,7 +5,7 @@ from __future__ import annotations
 import fake_harness
 import pytest
 
-from analysis.provenance import environment
+from analysis.core.provenance import environment
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import audit, tables
+from analysis import audit
 from analysis.audit import Claim, Context, Untestable
+from analysis.core import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 H200_TABLE = "reports/reference/h200/attention.csv"

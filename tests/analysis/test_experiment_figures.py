@@ -16,8 +16,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from analysis import attention_figures, figures, report  # noqa: E402
-from analysis.flops import attention_flops  # noqa: E402
-from analysis.tables import COLUMNS, to_frame  # noqa: E402
+from analysis.core.flops import attention_flops  # noqa: E402
+from analysis.core.tables import COLUMNS, to_frame  # noqa: E402
 
 CONFIGS = ["BLOCK_M=64,BLOCK_N=32,num_warps=4,num_stages=2", "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2",
            "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=2"]  # fmt: skip

@@ -16,11 +16,11 @@ import pytest
 import torch
 from fake_harness import MS
 
-from analysis import harness, tables
+from analysis.core import harness, tables
+from analysis.core.flops import attention_flops
+from analysis.core.models import attention_io_bytes
 from analysis.experiments import attention as experiment
 from analysis.experiments import grid, varlen
-from analysis.flops import attention_flops
-from analysis.models import attention_io_bytes
 from kernels.attention import reference
 
 

@@ -9,9 +9,9 @@ import pytest
 from test_experiment_figures import _row
 
 from analysis import fa3_figures, figures
+from analysis.core.tables import to_frame
 from analysis.experiments import grid, spec
 from analysis.experiments.spec import Spec
-from analysis.tables import to_frame
 
 matplotlib.use("Agg")
 

@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from analysis import figures, report  # noqa: E402
-from analysis.tables import COLUMNS, read_rows, to_frame, write_rows  # noqa: E402
+from analysis.core.tables import COLUMNS, read_rows, to_frame, write_rows  # noqa: E402
 
 NS = [512, 1024, 2048, 4096]
 MEM_NS = [1024, 2048, 4096, 8192]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.flops import BACKWARD_FACTOR, MODES, attention_flops, tflops
+from analysis.core.flops import BACKWARD_FACTOR, MODES, attention_flops, tflops
 
 # 4 · B · H · Nq · Nk · d for B = H = 1, N = 1024, d = 64
 FWD_1024_64 = 4 * 1024 * 1024 * 64

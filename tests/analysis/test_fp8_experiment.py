@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from analysis import tables
+from analysis.core import tables
 from analysis.experiments import attention, fp8
 from analysis.experiments.spec import Spec
 from kernels.attention import reference

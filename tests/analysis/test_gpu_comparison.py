@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import figures, pipeline, tables
+from analysis import figures, pipeline
+from analysis.core import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "reports" / "reference" / "h200" / "attention.csv"

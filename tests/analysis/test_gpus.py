@@ -8,8 +8,8 @@ import math
 import pytest
 import yaml
 
-from analysis import gpus
-from analysis.gpus import (
+from analysis.core import gpus
+from analysis.core.gpus import (
     DEFAULT_PATH,
     FIELD_GROUPS,
     GPUSpec,
@@ -20,7 +20,7 @@ from analysis.gpus import (
     ridge_point,
     spec,
 )
-from analysis.provenance import gpu_slug
+from analysis.core.provenance import gpu_slug
 
 REQUIRED_PRODUCTS = {
     # product -> the raw NVML name it reports (or a slug/alias that names it)

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis import harness, tables
+from analysis.core import harness, tables
+from analysis.core.provenance import ROW_FIELDS, nvml_gpu
 from analysis.experiments import attention as experiment
-from analysis.provenance import ROW_FIELDS, nvml_gpu
 from kernels.attention.fa2 import FA2Config
 
 HAS_CUDA = torch.cuda.is_available()

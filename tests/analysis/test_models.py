@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import models
+from analysis.core import models
 
 # --- standard attention's HBM traffic -----------------------------------------------------------------
 

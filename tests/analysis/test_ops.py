@@ -18,9 +18,10 @@ import torch
 import yaml
 from fake_harness import MS
 
-from analysis import audit, models, ops_figures, ops_tables
+from analysis import audit, ops_figures, ops_tables
+from analysis.core import models
+from analysis.core.flops import gemm_flops, moe_ffn_flops
 from analysis.experiments import grid, moe, ops_grid, quant
-from analysis.flops import gemm_flops, moe_ffn_flops
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "workflow" / "config.yaml"
@@ -220,7 +221,7 @@ def test_quant_timed_rows_have_rates(env, fake_timing):
 
 
 def test_quant_wrong_kernel_is_a_mismatch_never_timed(env, fake_timing, monkeypatch):
-    from kernels.quant import w4a16
+    from kernels import w4a16
 
     real = w4a16.matmul
     monkeypatch.setattr(w4a16, "matmul", lambda x, pw, bias=None, config=None: real(x, pw) * 1.01)

@@ -10,8 +10,8 @@ import pytest
 import torch
 import triton
 
-from analysis import provenance
-from analysis.provenance import ROW_FIELDS, detect_gpu_slug, environment, gpu_slug, row_provenance
+from analysis.core import provenance
+from analysis.core.provenance import ROW_FIELDS, detect_gpu_slug, environment, gpu_slug, row_provenance
 
 HAS_GPU = torch.cuda.is_available() or provenance.nvml_gpu() is not None
 cpu_machine_only = pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU; the assertion is about CPU-only hosts")
@@ -122,7 +122,7 @@ def test_row_provenance_keeps_row_fields_only():
 def test_installed_packages_snapshot_lists_what_runs():
     from importlib import metadata
 
-    from analysis.provenance import installed_packages
+    from analysis.core.provenance import installed_packages
 
     pkgs = installed_packages()
     names = [p.split("==")[0].lower() for p in pkgs]

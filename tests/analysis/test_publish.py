@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from analysis import publish, tables
+from analysis import publish
+from analysis.core import tables
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 

@@ -24,7 +24,8 @@ if str(ROOT) not in sys.path:
 
 from snakemake_helpers import job_counts, snakemake  # noqa: E402
 
-from analysis import models, traffic, traffic_figures  # noqa: E402
+from analysis import traffic, traffic_figures  # noqa: E402
+from analysis.core import models  # noqa: E402
 
 B, H = 1, 16
 N, D = 1024, 64

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from kernels import _runtime
+from kernels import w4a16 as wq
 from kernels.attention import decode, fa1, fa2, fp8, reference
 from kernels.moe import grouped_gemm, moe_ffn
-from kernels.quant import w4a16 as wq
 
 F16, F32 = torch.float16, torch.float32
 

@@ -181,7 +181,7 @@ def _decode():
 
 
 def _w4a16(m: int):
-    from kernels.quant import w4a16 as wq
+    from kernels import w4a16 as wq
 
     qw = wq.quantize(_randn(4096, 2048, scale=0.05, seed=1), 128)
     x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)
@@ -189,7 +189,7 @@ def _w4a16(m: int):
 
 
 def _w8a16(m: int):
-    from kernels.quant import w4a16 as wq
+    from kernels import w4a16 as wq
 
     qw = wq.quantize_w8(_randn(4096, 2048, scale=0.05, seed=1))
     x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)

@@ -15,7 +15,7 @@ import torch
 from attention_checks import PoisonedTorch, assert_gradients_match, output_and_grads, random_tensors
 from gpu_limits import HOPPER_SMEM_PER_BLOCK
 
-from kernels.attention import fa2
+from kernels.attention import fa2, fa2_config
 from kernels.attention.fa2 import FA2Config
 
 F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
@@ -216,9 +216,9 @@ def test_smaller_gpus_fall_back_to_tiles_that_fit(head_dim, elem_bytes, smem_lim
         chosen = fa2.gpu_bwd_configs(head_dim, causal, elem_bytes=elem_bytes, smem_limit=smem_limit)
         swept = fa2.gpu_bwd_configs(head_dim, causal, smem_limit=1 << 30)
         for which, cfg, best in zip(("dkdv", "dq"), chosen, swept, strict=True):
-            fits = fa2._bwd_fits(which, cfg, block_d, elem_bytes, smem_limit)
+            fits = fa2_config.bwd_fits(which, cfg, block_d, elem_bytes, smem_limit)
             assert fits or cfg == C(16, 16, 4, 1), f"{which} {cfg} does not fit {smem_limit} bytes"
-            if fa2._bwd_fits(which, best, block_d, elem_bytes, smem_limit):
+            if fa2_config.bwd_fits(which, best, block_d, elem_bytes, smem_limit):
                 assert cfg == best  # the sweep's winner whenever it fits
 
 
@@ -236,7 +236,7 @@ def test_interpreter_default_is_small():
 def test_gpu_default_is_the_fitting_sweep_winner():
     props = torch.cuda.get_device_properties(0)
     chosen = fa2.default_bwd_configs(128, False, "cuda", torch.bfloat16)
-    assert chosen == fa2.gpu_bwd_configs(128, False, smem_limit=fa2._shared_mem_limit(torch.device("cuda", 0)))
+    assert chosen == fa2.gpu_bwd_configs(128, False, smem_limit=fa2_config.shared_mem_limit(torch.device("cuda", 0)))
     if props.major == 9:  # Hopper: the H200 sweep's winners fit
         assert chosen == (C(64, 64, 4, 2), C(128, 128, 8, 2))
 

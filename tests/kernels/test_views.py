@@ -28,9 +28,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from kernels import w4a16 as wq
 from kernels.attention import decode, fa1, fa2, fp8
 from kernels.moe import grouped_gemm, moe_ffn, routing
-from kernels.quant import w4a16 as wq
 
 F16, F32 = torch.float16, torch.float32
 LAYOUTS = ("noncontig", "strided", "offset", "stride0")

@@ -1,4 +1,4 @@
-"""W4A16 / W8A16 (kernels/quant/w4a16.py): the formats, the quantisers, the fused kernel, its errors.
+"""W4A16 / W8A16 (kernels/w4a16/): the formats, the quantisers, the fused kernel, its errors.
 
 How the kernel is judged: against ``x @ Wdqᵀ`` in float64, where ``Wdq`` is the dequantised weight (what the
 kernel should compute exactly but for rounding), with the tolerance policy's bound (kernels/tolerance.py):
@@ -24,7 +24,9 @@ import torch
 import triton
 
 from kernels import tolerance
-from kernels.quant import w4a16 as wq
+from kernels import w4a16 as wq
+from kernels.w4a16 import reference
+from kernels.w4a16 import w4a16 as launcher
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,16 +211,10 @@ def test_bad_quantiser_inputs():
 
 def _check_matmul(x, qw, bias, out, name):
     """Kernel vs float64 product with the dequantised weight, bounded by same-precision PyTorch."""
-    dtype = x.dtype
-    deq = wq.dequantize(qw, torch.float64) if isinstance(qw, wq.W4Weight) else wq.dequantize_w8(qw, torch.float64)
-    ref = x.double() @ deq.T
-    low = wq.dequantize(qw, dtype) if isinstance(qw, wq.W4Weight) else wq.dequantize_w8(qw, dtype)
-    same = (x.float() @ low.float().T).to(dtype) if dtype != F32 else x @ low.T
-    if bias is not None:
-        ref = ref + bias.double()
-        same = (same.float() + bias.float()).to(dtype)
-    assert out.shape == (*x.shape[:-1], qw.shape[0]) and out.dtype == dtype
-    tolerance.assert_close(name, out, ref, same, dtype)
+    ref = reference.linear_reference(x, qw, bias, torch.float64)
+    same = reference.linear_reference(x, qw, bias)
+    assert out.shape == (*x.shape[:-1], qw.shape[0]) and out.dtype == x.dtype
+    tolerance.assert_close(name, out, ref, same, x.dtype)
 
 
 # M ∈ {1, 3, 16} take the split-K path, 37 the tiled one; N = 40, 72 (multiples of 8, not powers of two)
@@ -336,7 +332,7 @@ def test_repeated_launches_take_the_cached_launcher():
     qw = wq.quantize(_weight(136, 480, BF16).cuda(), 32)
     rows = _x((5, 488), BF16).cuda()
     bias = _x((136,), BF16, seed=2).cuda()
-    cache = wq._TENSOR_CORES._compiled
+    cache = launcher._TENSOR_CORES._compiled
     cases = ((rows[:3, :480], None, 1), (rows[:3, 8:], None, 0), (rows[:3, 1:481], None, 1), (rows[:, 8:], bias, 1))
     for x, b, new in cases:
         before = len(cache)
@@ -392,7 +388,7 @@ def test_splitk_counters_are_reused(device):
                 first[(m, n, k)] = out
             else:
                 assert torch.equal(out, first[(m, n, k)])
-            for _, counters in wq._WORKSPACES.values():
+            for _, counters in launcher._WORKSPACES.values():
                 assert int(counters.abs().sum()) == 0
 
 
@@ -467,19 +463,19 @@ _COMPILE_SCRIPT = textwrap.dedent(
     import re, sys
     import triton
     from triton.backends.compiler import GPUTarget
-    from kernels.quant import w4a16 as wq
+    from kernels.w4a16 import w4a16_config, w4a16_kernels
 
     bits, m = int(sys.argv[1]), int(sys.argv[2])
-    cfg = wq.choose_config(m, 4096, 4096, interpret=False, bits=bits)
+    cfg = w4a16_config.choose_config(m, 4096, 4096, interpret=False, bits=bits)
     if bits == 4:
-        fn = wq._w4a16_kernel
+        fn = w4a16_kernels._w4a16_kernel
         consts = dict(GROUP=128, SYMMETRIC=False, TAIL_WORDS=0, SPLIT=cfg.split_k > 1, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DEQ=3 if cfg.scale_after else 0, MAGIC=0x6400,
                       SWAP_AB=cfg.swap_ab, USE_ASM=True)
         pointers = {"X": "*fp16", "W": "*i32", "S": "*i32", "Out": "*fp16", "Part": "*fp32", "Cnt": "*i32"}
         none, ones = ("Z", "Bias"), ("stride_xk", "stride_wc", "stride_sn")
     else:
-        fn = wq._w8a16_matmul_kernel
+        fn = w4a16_kernels._w8a16_matmul_kernel
         consts = dict(SPLIT_K=cfg.split_k, IS_FP32=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k)
         pointers = {"X": "*fp16", "W": "*i8", "S": "*fp16", "Out": "*fp16" if cfg.split_k == 1 else "*fp32"}
@@ -542,9 +538,9 @@ _UNPACK_SCRIPT = textwrap.dedent(
     import sys
     import triton
     from triton.backends.compiler import GPUTarget
-    from kernels.quant import w4a16 as wq
+    from kernels.w4a16 import w4a16_kernels
 
-    fn = wq._w4_unpack_kernel
+    fn = w4a16_kernels._w4_unpack_kernel
     for dtype, magic in (("fp16", 0x6400), ("bf16", 0x4300)):
         for tail in (0, 4, 12):
             sig = {n: "i32" for n in fn.arg_names}

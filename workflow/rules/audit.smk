@@ -2,7 +2,7 @@
 rule audit:
     input:
         registry="analysis/claims/registry.yaml",
-        specs="analysis/gpu_specs.yaml",
+        specs="analysis/core/gpu_specs.yaml",
         tables=lambda w: [table_path(g) for g in report_gpus()],
         traffic=lambda w: [traffic_path(g) for g in traffic_gpus()],
         ops=lambda w: [ops_path(g) for g in ops_gpus()],

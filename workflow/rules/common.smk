@@ -11,9 +11,9 @@ import re
 
 from snakemake.exceptions import WorkflowError
 
-from analysis import reference
+from analysis.core import shipped
 from analysis.experiments import grid, ops_grid
-from analysis.provenance import CPU_SLUG, detect_gpu_slug
+from analysis.core.provenance import CPU_SLUG, detect_gpu_slug
 
 RESULTS = config["results_dir"]
 # None (null in a config file, "null" on the command line): the user opted out of shipped results
@@ -22,8 +22,8 @@ REFERENCE = (
 )
 ATT = config["attention"]
 try:  # every shipped result set checked against its manifest now, not discovered missing in the report
-    SHIPPED = reference.shipped_gpus(REFERENCE)
-except reference.ReferenceSetError as exc:
+    SHIPPED = shipped.verified_gpus(REFERENCE)
+except shipped.ShippedSetError as exc:
     raise WorkflowError(str(exc)) from None
 
 

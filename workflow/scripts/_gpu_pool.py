@@ -74,7 +74,7 @@ def _nvml_devices() -> list[tuple[int, str]] | None:
 
 
 def _slug(name: str) -> str:
-    from analysis.provenance import gpu_slug  # the workflow's one definition of a GPU type's name
+    from analysis.core.provenance import gpu_slug  # the workflow's one definition of a GPU type's name
 
     return gpu_slug(name)
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import outputs, validate
+from analysis.core import outputs, validate
 
 IDENTITY = [
     "experiment",

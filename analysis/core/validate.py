@@ -33,8 +33,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS = ROOT / "workflow" / "schemas"
+from analysis.core.paths import SCHEMAS
+
 MAX_LISTED = 5  # problems listed in one error; the rest are counted
 
 

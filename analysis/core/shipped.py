@@ -3,7 +3,7 @@
 ``analysis.publish`` writes every result set with a ``MANIFEST.json`` listing the SHA-256 of each file.
 The workflow renders the report from these sets where it does not measure, so a damaged set must stop it,
 not quietly change what the report says (a truncated ``ops.csv`` flipped two verdicts; a missing folder
-dropped a whole GPU section and made 29 claims untestable). ``shipped_gpus(root)`` therefore checks, when
+dropped a whole GPU section and made 29 claims untestable). ``verified_gpus(root)`` therefore checks, when
 the workflow is planned:
 
 - that ``root`` (the config's ``reference_dir``) is a folder holding at least one result set; a user who
@@ -12,7 +12,7 @@ the workflow is planned:
 - per result set: a readable ``MANIFEST.json`` whose ``gpu`` is the folder's name, which lists at least the
   attention table and the environment, and every file it lists present with its SHA-256.
 
-Any problem raises ``ReferenceSetError`` naming the set and the file.
+Any problem raises ``ShippedSetError`` naming the set and the file.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ MANIFEST = "MANIFEST.json"
 REQUIRED = ("attention.csv", "environment.json")
 
 
-class ReferenceSetError(ValueError):
+class ShippedSetError(ValueError):
     """A shipped result set is missing, incomplete or altered; the message names the set and the file."""
 
 
@@ -38,45 +38,45 @@ def verify(folder: str | Path) -> dict:
     folder = Path(folder)
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
-        raise ReferenceSetError(f"shipped result set {folder}: no {MANIFEST} (publish sets with analysis.publish)")
+        raise ShippedSetError(f"shipped result set {folder}: no {MANIFEST} (publish sets with analysis.publish)")
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReferenceSetError(f"{manifest_path}: not a valid manifest ({exc})") from None
+        raise ShippedSetError(f"{manifest_path}: not a valid manifest ({exc})") from None
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict):
-        raise ReferenceSetError(f"{manifest_path}: no 'files' listing the set's files and their SHA-256")
+        raise ShippedSetError(f"{manifest_path}: no 'files' listing the set's files and their SHA-256")
     if manifest.get("gpu") != folder.name:
-        raise ReferenceSetError(f"{manifest_path}: gpu is {manifest.get('gpu')!r}, but the folder is {folder.name!r}")
+        raise ShippedSetError(f"{manifest_path}: gpu is {manifest.get('gpu')!r}, but the folder is {folder.name!r}")
     missing = [name for name in REQUIRED if name not in files]
     if missing:
-        raise ReferenceSetError(f"{manifest_path}: the set lacks {missing} (a result set needs {list(REQUIRED)})")
+        raise ShippedSetError(f"{manifest_path}: the set lacks {missing} (a result set needs {list(REQUIRED)})")
     for name, digest in sorted(files.items()):
         path = folder / name
         if not path.is_file():
-            raise ReferenceSetError(f"shipped result set {folder}: {name} is listed in {MANIFEST} but missing")
+            raise ShippedSetError(f"shipped result set {folder}: {name} is listed in {MANIFEST} but missing")
         if _sha256(path) != digest:
-            raise ReferenceSetError(
+            raise ShippedSetError(
                 f"shipped result set {folder}: {name} differs from the file that was published (SHA-256 "
                 f"mismatch with {MANIFEST}): it is truncated or edited; restore it (git checkout -- {path})"
             )
     return manifest
 
 
-def shipped_gpus(root: str | Path | None) -> list[str]:
+def verified_gpus(root: str | Path | None) -> list[str]:
     """The GPU types with a complete shipped result set under ``root``, each verified; [] for ``None`` (the
     user opted out of shipped results)."""
     if root is None:
         return []
     root = Path(root)
     if not root.is_dir():
-        raise ReferenceSetError(
+        raise ShippedSetError(
             f"reference_dir {str(root)!r} is not a folder: the shipped results are missing. Restore it, point "
             "reference_dir at the folder, or set reference_dir: null to render the report without shipped results"
         )
     sets = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not sets:
-        raise ReferenceSetError(
+        raise ShippedSetError(
             f"reference_dir {str(root)!r} holds no result set (one folder per GPU type); set reference_dir: null "
             "to render the report without shipped results"
         )

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis.provenance import gpu_slug
+from analysis.core.provenance import gpu_slug
 
 DEFAULT_PATH = Path(__file__).with_name("gpu_specs.yaml")
 SCHEMA_VERSION = 1

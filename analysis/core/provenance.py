@@ -15,6 +15,8 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from analysis.core.paths import ROOT
+
 GIT_SHA_ENV = "KERNELS_AUDIT_GIT_SHA"  # set where the checkout has no .git (e.g. a copied tree)
 CPU_SLUG = "cpu"
 
@@ -79,7 +81,7 @@ def git_sha(repo: str | Path | None = None) -> str:
     pinned = os.environ.get(GIT_SHA_ENV, "").strip()
     if pinned:
         return pinned
-    cwd = Path(repo) if repo else Path(__file__).resolve().parents[1]
+    cwd = Path(repo) if repo else ROOT
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10

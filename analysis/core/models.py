@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.flops import BACKWARD_FACTOR, attention_flops
+from analysis.core.flops import BACKWARD_FACTOR, attention_flops
 
 __all__ = [
     "attention_flops",

@@ -1,0 +1,26 @@
+"""Weight-only quantised linear layers (W4A16, W8A16) in Triton, their formats and their reference.
+
+``quantize`` / ``quantize_w8`` make the int4 group-wise and int8 per-channel weights (``formats``);
+``matmul`` / ``matmul_w8`` multiply by them with the weight dequantised in registers (``w4a16``: the
+launcher; ``w4a16_kernels``: the jit kernels; ``w4a16_config``: the launch heuristic); ``reference`` is the
+float64 product tests and benchmarks compare with.
+"""
+
+from kernels.w4a16.formats import (
+    GROUP_SIZES,
+    W4Weight,
+    W8Weight,
+    dequantize,
+    dequantize_w8,
+    pack_codes,
+    quantize,
+    quantize_w8,
+    unpack_codes,
+    unpack_to_memory,
+)
+from kernels.w4a16.w4a16 import matmul, matmul_w8
+from kernels.w4a16.w4a16_config import SMALL_M, W4A16Config, choose_config
+
+__all__ = ["GROUP_SIZES", "SMALL_M", "W4A16Config", "W4Weight", "W8Weight", "choose_config", "dequantize",
+           "dequantize_w8", "matmul", "matmul_w8", "pack_codes", "quantize", "quantize_w8", "unpack_codes",
+           "unpack_to_memory"]  # fmt: skip
