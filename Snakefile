@@ -18,7 +18,7 @@ configfile: "workflow/config.yaml"
 include: "workflow/rules/config.smk"  # --config values typed as in a config file
 
 
-# the schema (one line per problem), its defaults, then the checks across fields
+# the schema composed from the families' (one line per problem), its defaults, then the checks across fields
 validate_config(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
 
 
@@ -27,16 +27,13 @@ report: "reports/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/environment.smk"
-include: "workflow/rules/attention.smk"
-include: "workflow/rules/traffic.smk"
-include: "workflow/rules/ops.smk"
-include: "workflow/rules/compiled.smk"
+include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/summary.smk"
 
 
 rule all:
     default_target: True
     input:
-        all_targets(),
-        TRAFFIC_TARGETS,
+        config["report"],

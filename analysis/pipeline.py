@@ -1,6 +1,10 @@
 """What the workflow's scripts do, as plain functions (the scripts only unpack ``snakemake`` and call these).
 
-Keeping this here, not in ``workflow/scripts``, lets the tests call every stage without Snakemake.
+One of each stage for every family, through the registry (``analysis.registry``): ``run_shard`` measures one
+shard of a family, ``collect`` makes one table of a GPU's shards, ``render_figures`` draws a family's figures
+of one GPU, ``render_comparison`` a family's figures over every GPU, ``run_audit`` judges every claim and
+``render_report`` writes the report. Keeping them here, not in ``workflow/scripts``, lets the tests call every
+stage without Snakemake.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.core import outputs, tables, validate
+from analysis import registry
+from analysis.core import outputs, validate
+from analysis.core.provenance import CPU_SLUG
 
 log = logging.getLogger("pipeline")
+VERDICTS_SCHEMA = "verdicts.schema.yaml"
 
 
 def setup_logging(log_path: str | Path | None) -> None:
@@ -58,78 +65,49 @@ def record_environment(
     return env
 
 
-def run_attention_shard(spec: dict, env_json: str | Path, out_csv: str | Path) -> pd.DataFrame:
-    """Measure one attention shard on this GPU and write its rows."""
-    from analysis.experiments import attention
+def run_shard(family: str, fields: dict, out_csv: str | Path, *, env_json: str | Path | None = None,
+              files: str | Path | None = None, check: bool = False) -> pd.DataFrame:  # fmt: skip
+    """Measure one shard of ``family`` and write its rows to ``out_csv`` (a CSV of the family's table).
 
-    env = check_gpu(validate.read_environment(env_json)["gpu"])
-    s = attention.Spec(**spec)
-    log.info("shard %s: %d points", Path(out_csv).stem, s.points())
-    rows = attention.run(s, env, device="cuda", log_line=log.info)
-    return tables.write_rows(rows, out_csv)
-
-
-def run_interpreter_check(spec: dict, out_csv: str | Path) -> pd.DataFrame:
-    """Check our kernel in Triton's interpreter on the CPU (correctness only) and write the rows."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("set TRITON_INTERPRET=1 before Triton is imported (the workflow's rule does)")
-    import torch
-
+    On a GPU result set (``env_json``: its ``environment.json``) the job first checks that it runs on that GPU
+    type; the CPU result set (``cpu``) runs in Triton's interpreter. ``check``: one of the family's
+    interpreter checks (correctness only, on the CPU). A GPU-independent family (scope ``machine``) runs on this
+    machine as it is. ``files``: a folder for the job's side files (the raw profiler output, say)."""
     from analysis.core.provenance import environment
-    from analysis.experiments import attention
 
-    torch.set_num_threads(1)
-    s = attention.Spec(**spec)
-    rows = attention.run(s, environment(), device="cpu", log_line=log.info)
-    return tables.write_rows(rows, out_csv)
+    fam = registry.family(family)
+    if check or fam.scope == "machine":
+        if check and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError("set TRITON_INTERPRET=1 before Triton is imported (the workflow's rule does)")
+        import torch
 
-
-def run_ops_shard(fields: dict, env_json: str | Path, out_csv: str | Path) -> pd.DataFrame:
-    """Measure one shard of the operator experiments (W4A16 or MoE) on this GPU and write its rows."""
-    from analysis import ops_tables
-    from analysis.experiments import moe, ops_grid, quant
-
-    env = check_gpu(validate.read_environment(env_json)["gpu"])
-    spec = ops_grid.spec_of(fields)
-    log.info("shard %s: %d points", Path(out_csv).stem, spec.points())
-    module = quant if fields["family"] == "quant" else moe
-    rows = module.run(spec, env, device="cuda", log_line=log.info)
-    return ops_tables.write_rows(rows, out_csv)
-
-
-def collect_ops(inputs, out_csv: str | Path) -> pd.DataFrame:
-    """Concatenate the ops shards of a GPU into one table."""
-    from analysis import ops_tables
-
-    return _collect(ops_tables.read_rows, inputs, out_csv, "ops rows")
-
-
-def render_ops_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
-    """Draw the W4A16 and MoE figures of one GPU's ops table, with their manifest."""
-    from analysis import ops_figures, ops_tables
-
-    return _logged(ops_figures.render_all(ops_tables.read_rows([table_csv]), out_dir, table_source=str(table_csv)))
-
-
-def collect(inputs, out_csv: str | Path) -> pd.DataFrame:
-    """Concatenate per-job result files into one table."""
-    return _collect(tables.read_rows, inputs, out_csv, "rows")
-
-
-def _collect(read_rows, inputs, out_csv: str | Path, what: str) -> pd.DataFrame:
-    """``read_rows(inputs)`` written to ``out_csv`` (through a temporary file), with a line of its statuses."""
-    df = read_rows(inputs)
-    tables.write_frame(df, out_csv)
-    counts = df.groupby("status").size().to_dict() if len(df) else {}
-    log.info("collected %d %s from %d files into %s; statuses %s", len(df), what, len(list(inputs)), out_csv, counts)
+        if check:
+            torch.set_num_threads(1)
+        env, device = environment(), "cpu"
+    else:
+        env = check_gpu(validate.read_environment(env_json)["gpu"])
+        device = "cpu" if env["gpu"] == CPU_SLUG else "cuda"
+    spec = fam.plan.spec(fields)
+    log.info("shard %s of %s: %d points", Path(out_csv).stem, family, spec.points())
+    rows = fam.run()(spec, env, device, log.info, files)
+    df = registry.table(fam.table).write_rows(rows, out_csv)
+    log.info("%d rows in %s; statuses %s", len(df), out_csv, _statuses(df))
     return df
 
 
-def render_figures(table_csv: str | Path, out_dir: str | Path) -> list[dict]:
-    """Draw every figure for one GPU's table; writes ``manifest.json`` listing what was drawn or skipped."""
-    from analysis import figures
+def _statuses(df: pd.DataFrame) -> dict:
+    return df.groupby("status").size().to_dict() if len(df) else {}
 
-    return _logged(figures.render_all(tables.read_rows([table_csv]), out_dir, table_source=str(table_csv)))
+
+def collect(table: str, inputs, out_csv: str | Path) -> pd.DataFrame:
+    """Concatenate the shards of one table (each file validated) into one table, written through a
+    temporary file, with a line of its statuses."""
+    inputs = list(inputs)
+    df = registry.table(table).read_rows(inputs)
+    outputs.write_csv(df, out_csv)
+    log.info("collected %d %s rows from %d files into %s; statuses %s", len(df), table, len(inputs), out_csv,
+             _statuses(df))  # fmt: skip
+    return df
 
 
 def _logged(entries: list[dict]) -> list[dict]:
@@ -140,42 +118,51 @@ def _logged(entries: list[dict]) -> list[dict]:
     return entries
 
 
-def render_comparison(table_files: dict[str, str | Path], out_dir: str | Path) -> list[dict]:
-    """The GPU types side by side (one figure over every GPU's table), with its manifest."""
-    from analysis import figures
+def render_figures(family: str, table_csv: str | Path, out_dir: str | Path) -> list[dict]:
+    """Draw every figure of ``family`` from one GPU's table; writes ``manifest.json`` listing what was drawn
+    or skipped."""
+    from analysis.core import plotting
 
-    df = pd.concat([tables.read_rows([p]) for p in table_files.values()], ignore_index=True)
-    return figures.render_all(df, out_dir, figures.COMPARISON_FIGURES, ", ".join(map(str, table_files.values())))
+    fam = registry.family(family)
+    df = registry.table(fam.table).read_rows([table_csv])
+    return _logged(plotting.render_all(df, out_dir, fam.figures(), fam.caption, str(table_csv)))
 
 
-def run_audit(
-    table_files: dict[str, str | Path],
-    out_csv: str | Path,
-    traffic_files: dict[str, str | Path] | None = None,
-    ops_files: dict[str, str | Path] | None = None,
-    compiled_file: str | Path | None = None,
-) -> pd.DataFrame:
-    """Evaluate every claim of the registry against the models and each GPU's tables (and the compiled-kernel
-    table, GPU-independent); write the verdicts."""
+def render_comparison(family: str, table_files: dict[str, str | Path], out_dir: str | Path) -> list[dict]:
+    """The GPU types side by side: ``family``'s comparison figures over every GPU's table, with a manifest."""
+    from analysis.core import plotting
+
+    fam = registry.family(family)
+    table = registry.table(fam.table)
+    df = pd.concat([table.read_rows([p]) for p in table_files.values()], ignore_index=True)
+    sources = ", ".join(map(str, table_files.values()))
+    return _logged(plotting.render_all(df, out_dir, fam.comparison(), fam.caption, sources))
+
+
+def read_context(tables: dict[str, dict[str, str | Path]]):
+    """The audit's context: every table of ``tables`` (name → GPU → file; a GPU-independent table under
+    ``"-"``) read with its reader, each file validated."""
+    from analysis.audit import Context, Results
+
+    ctx = Context()
+    for name, files in tables.items():
+        reader = registry.table(name)
+        ctx.tables[name] = Results({g: reader.read_rows([p]) for g, p in files.items()},
+                                   {g: str(p) for g, p in files.items()})  # fmt: skip
+    return ctx
+
+
+def run_audit(tables: dict[str, dict[str, str | Path]], out_csv: str | Path) -> pd.DataFrame:
+    """Evaluate every claim (the articles' registry and the families' own claims) against the models and
+    ``tables`` (see ``read_context``); write the verdicts."""
     from analysis import audit
 
-    claims = audit.load_registry()
-    ctx = audit.Context.from_files(table_files, traffic_files, ops_files, compiled_file)
-    verdicts = audit.audit(claims, ctx)
+    evaluators = registry.evaluators()
+    claims = audit.load_claims(evaluators, registry.claim_files())
+    verdicts = audit.audit(claims, read_context(tables), evaluators)
     outputs.write_csv(verdicts, out_csv)
     log.info("audited %d claims into %d verdict rows: %s", len(claims), len(verdicts), audit.summary(verdicts))
     return verdicts
-
-
-def run_compiled(section: dict, out_csv: str | Path, workers: int = 1) -> pd.DataFrame:
-    """Compile the kernel variants of the ``compiled`` config section and write one row each."""
-    from analysis.experiments import compiled
-
-    rows = compiled.run(section, workers=workers)
-    df = pd.DataFrame(rows)
-    outputs.write_csv(df, out_csv)
-    log.info("compiled %d kernel variants (%d failed)", len(df), int((df["status"] != "ok").sum()))
-    return df
 
 
 def render_report(
@@ -183,40 +170,33 @@ def render_report(
     checks_csv: str | Path | None,
     out_html: str | Path,
     verdicts_csv: str | Path | None = None,
-    comparison_dir: str | Path | None = None,
+    comparison_dirs: list[str | Path] | None = None,
     notices: list[str] | None = None,
 ) -> Path:
-    """Render the HTML report. ``gpus``: dicts with slug, source, table, environment, figures_dir. Every file
-    read is validated first (``analysis.validate``), and the report is written through a temporary file,
-    so a bad input fails this step with the file named and leaves the previous report in place.
-    ``notices``: banners at the top (e.g. that no shipped results are included)."""
-    from analysis import ops_tables, report
+    """Render the HTML report. ``gpus``: dicts with slug, source, environment, ``tables`` (table name → file)
+    and ``figures`` (the figure folders of its families, in order). Every file read is validated first
+    (``analysis.core.validate``), and the report is written through a temporary file, so a bad input fails
+    this step with the file named and leaves the previous report in place. ``checks_csv``: the interpreter
+    checks (rows of the attention table); ``comparison_dirs``: the cross-GPU figure folders; ``notices``:
+    banners at the top (e.g. that no shipped results are included)."""
+    from analysis import report
     from analysis.core.provenance import git_sha, now_utc
 
     sections = []
     for g in gpus:
-        manifest = validate.read_figure_manifest(Path(g["figures_dir"]) / "manifest.json")
-        if g.get("traffic_figures_dir"):  # the HBM traffic figures, after the attention ones
-            manifest += validate.read_figure_manifest(Path(g["traffic_figures_dir"]) / "manifest.json")
-        if g.get("ops_figures_dir"):  # the W4A16 and MoE figures, in their own sections
-            manifest += validate.read_figure_manifest(Path(g["ops_figures_dir"]) / "manifest.json")
+        manifest = [e for d in g.get("figures", []) for e in validate.read_figure_manifest(Path(d) / "manifest.json")]
         sections.append(
             {
                 "slug": g["slug"],
                 "source": g["source"],
                 "provenance": validate.read_environment(g["environment"], g["slug"]),
                 "figures": manifest,
-                "table": tables.read_rows([g["table"]]),
-                "ops_table": ops_tables.read_rows([g["ops_table"]]) if g.get("ops_table") else None,
+                "tables": {name: registry.table(name).read_rows([p]) for name, p in g.get("tables", {}).items()},
             }
         )
-    checks = tables.read_rows([checks_csv]) if checks_csv else None
+    checks = registry.table("attention").read_rows([checks_csv]) if checks_csv else None
     generated = {"timestamp": now_utc(), "git_sha": git_sha()}
     verdicts = validate.read_csv(verdicts_csv, VERDICTS_SCHEMA, keep_default_na=False) if verdicts_csv else None
-    comparison = validate.read_figure_manifest(Path(comparison_dir) / "manifest.json") if comparison_dir else None
-    return report.render_report(
-        out_html, sections, checks, generated=generated, verdicts=verdicts, comparison=comparison, notices=notices
-    )
-
-
-VERDICTS_SCHEMA = "verdicts.schema.yaml"
+    comparison = [e for d in comparison_dirs or [] for e in validate.read_figure_manifest(Path(d) / "manifest.json")]
+    return report.render_report(out_html, sections, checks, generated=generated, verdicts=verdicts,
+                                comparison=comparison or None, notices=notices)  # fmt: skip

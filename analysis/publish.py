@@ -2,16 +2,18 @@
 
     python -m analysis.publish --gpu h200 [--results results] [--dest reports/reference] [--command "..."]
 
-Copies, byte for byte, what the pipeline wrote for that GPU type: the collected table
-(``attention.csv``), the per-job tables, ``environment.json``, the job logs, the figures with their
-tables, the Nsight Compute traffic table with its raw output and figures where that experiment ran, and
-the W4A16/MoE table (``ops.csv``) with its per-job tables and figures where those ran; then writes
-``MANIFEST.json`` (SHA-256 of every copied file, the commit and environment they came from, when and with
-what command they were made) so that a reader can check that nothing was edited after the run. It refuses
-to publish a table whose rows name another GPU type, or a mix of commits unless ``--allow-mixed`` is given
-(a run resumed after a commit): then the manifest lists the rows per commit and every file under the
-measured code (kernels/, analysis/experiments/, the harness, the FLOP model, the benchmark scripts) that
-differs between those commits, from ``git diff``, so that a reader can judge whether the rows are comparable.
+Copies, byte for byte, what the pipeline wrote for that GPU type: every collected table of the registry
+(``<table>.csv``: ``attention.csv``, ``ops.csv``, ``traffic.csv``, ...), ``environment.json`` and
+``packages.txt``, each family's per-job tables (``jobs/<family>/``), the job logs with their side files
+(``logs/``: the raw Nsight Compute output, say) and the figures with their tables (``figures/<family>/``);
+then writes ``MANIFEST.json`` (SHA-256 of every copied file, the rows per table, the commit and environment
+they came from, when and with what command they were made) so that a reader can check that nothing was
+edited after the run. A result set's ``summary.md`` is derived from its tables, so it is not published
+(rule ``summary`` writes it beside them). It refuses to publish a table whose rows name another GPU type,
+or a mix of commits unless ``--allow-mixed`` is given (a run resumed after a commit): then the manifest
+lists the rows per commit and every file under the measured code (``MEASURED_CODE``) that differs between
+those commits, from ``git diff``, so that a reader can judge whether the rows are comparable. Everything is
+checked before anything is written.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from analysis.core import outputs, tables, validate
+from analysis import registry
+from analysis.core import outputs, validate
 from analysis.core.provenance import now_utc
 
 
@@ -31,10 +34,15 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-# what a result row depends on: a difference here between two commits can change a measurement
-MEASURED_CODE = ["kernels", "analysis/experiments", "analysis/core/harness.py", "analysis/core/flops.py",
-                 "analysis/core/models.py", "workflow/scripts/attention_benchmark.py",
-                 "workflow/scripts/ops_benchmark.py"]  # fmt: skip
+# what a result row depends on: a difference here between two commits can change a measurement (the kernels,
+# the harness and the models it uses, the families' measuring code, the benchmark script)
+MEASURED_CODE = ["kernels", "analysis/core/harness.py", "analysis/core/flops.py", "analysis/core/models.py",
+                 "analysis/core/points.py", "analysis/families/*/run.py", "analysis/families/*/measure.py",
+                 "analysis/families/*/varlen.py", "analysis/families/*/rows.py", "analysis/families/*/target.py",
+                 "workflow/scripts/benchmark.py",
+                 # where the same code lived before the families had folders (rows of older commits)
+                 "analysis/experiments", "analysis/harness.py", "analysis/flops.py", "analysis/models.py",
+                 "workflow/scripts/attention_benchmark.py", "workflow/scripts/ops_benchmark.py"]  # fmt: skip
 
 
 def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, list[str]]:
@@ -58,71 +66,54 @@ def _rows_per_commit(df, gpu: str, path: Path):
     return df["git_sha"].dropna().astype(str).value_counts()
 
 
+def _summary(df, gpu: str, path: Path) -> dict:
+    per_sha = _rows_per_commit(df, gpu, path)
+    return {"rows": int(len(df)), "statuses": {k: int(v) for k, v in df["status"].value_counts().items()},
+            "rows_per_commit": {sha: int(n) for sha, n in per_sha.items()}}  # fmt: skip
+
+
+def _files(folder: Path, suffixes: tuple[str, ...] | None = None) -> list[Path]:
+    return [f for f in sorted(folder.rglob("*")) if f.is_file() and (suffixes is None or f.suffix in suffixes)]
+
+
 def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed: bool = False) -> Path:
     src = results / gpu
-    table = src / "attention.csv"
     env_json = src / "environment.json"
-    for required in (table, env_json):
-        if not required.is_file():
-            raise FileNotFoundError(f"{required} is missing: run the pipeline on a {gpu} GPU first")
-    df = tables.read_rows([table])
-    per_sha = _rows_per_commit(df, gpu, table)
-    shas = sorted(per_sha.index, key=lambda sha: -per_sha[sha])  # the commit of most rows first
-    if len(shas) != 1 and not allow_mixed:
+    if not env_json.is_file():
+        raise FileNotFoundError(f"{env_json} is missing: run the pipeline on a {gpu} GPU first")
+    found = {name: t for name, t in registry.tables().items()
+             if (src / f"{name}.csv").is_file() and registry.of_table(name)[0].scope == "gpu"}  # fmt: skip
+    if not found:
+        raise FileNotFoundError(f"{src} holds no result table ({', '.join(registry.tables())}): run the pipeline "
+                                f"on a {gpu} GPU first")  # fmt: skip
+    summaries = {name: _summary(t.read_rows([src / f"{name}.csv"]), gpu, src / f"{name}.csv")
+                 for name, t in found.items()}  # fmt: skip
+    per_sha: dict[str, int] = {}
+    for summary in summaries.values():
+        for sha, n in summary["rows_per_commit"].items():
+            per_sha[sha] = per_sha.get(sha, 0) + n
+    shas = sorted(per_sha, key=lambda sha: -per_sha[sha])  # the commit of most rows first
+    if len(shas) > 1 and not allow_mixed:
         raise ValueError(
-            f"{table} mixes results of several commits {shas}; rerun from one commit (or publish with "
-            "--allow-mixed, which records the rows and code changes per commit)"
+            f"{', '.join(f'{n}.csv' for n in found)} in {src} mix results of several commits {shas}; rerun from "
+            "one commit (or publish with --allow-mixed, which records the rows and code changes per commit)"
         )
 
-    # the W4A16/MoE rows, where they ran: their own counts and commits (checked before anything is written)
-    all_shas, ops_summary = list(shas), {}
-    if (src / "ops.csv").is_file():
-        from analysis import ops_tables
-
-        ops = ops_tables.read_rows([src / "ops.csv"])
-        ops_per_sha = _rows_per_commit(ops, gpu, src / "ops.csv")
-        ops_summary = {
-            "rows": int(len(ops)),
-            "statuses": {k: int(v) for k, v in ops["status"].value_counts().items()},
-            "rows_per_commit": {sha: int(n) for sha, n in ops_per_sha.items()},
-        }
-        all_shas += [sha for sha in ops_per_sha.index if sha not in all_shas]
-    if len(all_shas) > 1 and not allow_mixed:
-        raise ValueError(f"{src / 'ops.csv'} and {table} mix results of several commits {all_shas}; see --allow-mixed")
-
     out = dest / gpu
-    if out.exists():
-        shutil.rmtree(out)
-    copies = {
-        table: out / "attention.csv",
-        env_json: out / "environment.json",
-    }
+    copies = {src / f"{name}.csv": out / f"{name}.csv" for name in found}
+    copies[env_json] = out / "environment.json"
     if (src / "packages.txt").is_file():
         copies[src / "packages.txt"] = out / "packages.txt"
-    for f in sorted((src / "attention").glob("*.csv")):
-        copies[f] = out / "jobs" / f.name
-    for f in sorted((results / "logs" / gpu).rglob("*.log")):
+    for name in found:
+        for fam in registry.of_table(name):
+            for f in _files(src / fam.name, (".csv",)):
+                copies[f] = out / "jobs" / fam.name / f.relative_to(src / fam.name)
+            for f in _files(results / "report" / gpu / fam.name, (".png", ".csv", ".json")):
+                copies[f] = out / "figures" / fam.name / f.name
+    for f in _files(results / "logs" / gpu):
         copies[f] = out / "logs" / f.relative_to(results / "logs" / gpu)
-    for f in sorted((results / "report" / gpu).glob("*")):
-        if f.suffix in (".png", ".csv", ".json"):
-            copies[f] = out / "figures" / f.name
-    # the Nsight Compute traffic experiment, where it ran: its table, the raw ncu output and its figures
-    if (src / "traffic.csv").is_file():
-        copies[src / "traffic.csv"] = out / "traffic.csv"
-        for f in sorted((src / "traffic_raw").rglob("*")):
-            if f.is_file():
-                copies[f] = out / "traffic_raw" / f.relative_to(src / "traffic_raw")
-        for f in sorted((results / "report" / "traffic" / gpu).glob("*")):
-            if f.suffix in (".png", ".csv", ".json"):
-                copies[f] = out / "figures" / "traffic" / f.name
-    # the W4A16 and MoE experiments, where they ran: their table, the per-job tables and their figures
-    if (src / "ops.csv").is_file():
-        copies[src / "ops.csv"] = out / "ops.csv"
-        for f in sorted((src / "ops").glob("*.csv")):
-            copies[f] = out / "jobs" / "ops" / f.name
-        for f in sorted((results / "report" / "ops" / gpu).glob("*")):
-            if f.suffix in (".png", ".csv", ".json"):
-                copies[f] = out / "figures" / "ops" / f.name
+    if out.exists():
+        shutil.rmtree(out)
     for s, d in copies.items():
         d.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(s, d)
@@ -132,18 +123,15 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         "git_sha": shas[0],
         "published": now_utc(),
         "command": command,
-        "rows": int(len(df)),
-        "statuses": {k: int(v) for k, v in df["status"].value_counts().items()},
+        "rows": sum(s["rows"] for s in summaries.values()),
+        "tables": summaries,
         "environment": validate.read_environment(env_json, gpu),
         "files": {str(d.relative_to(out)): _sha256(d) for d in sorted(copies.values())},
     }
-    if ops_summary:
-        manifest["ops"] = ops_summary
     if len(shas) > 1:
-        manifest["rows_per_commit"] = {sha: int(per_sha[sha]) for sha in shas}
-    if len(all_shas) > 1:
-        manifest["measured_code_changes"] = measured_code_diff(all_shas)
-    # written last, and whole: a set without its manifest is refused by the workflow (analysis.reference)
+        manifest["rows_per_commit"] = {sha: per_sha[sha] for sha in shas}
+        manifest["measured_code_changes"] = measured_code_diff(shas)
+    # written last, and whole: a set without its manifest is refused by the workflow (analysis.core.shipped)
     outputs.write_text(out / "MANIFEST.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out
 

@@ -1,8 +1,11 @@
-"""The self-contained HTML report: figures, the tables behind them, failures and correctness checks.
+"""The self-contained HTML report: the claims audit, per GPU type the families' summaries and figures with the
+tables behind them, failures, and the correctness checks.
 
 ``render_report`` fills ``reports/templates/report.html.j2`` with jinja2 (autoescape on). Images are
 embedded as base64 data URIs and the CSS is inline, so the single HTML file can be mailed or archived
-and still shows everything. The summary tables are computed here from the result rows.
+and still shows everything. What is family-specific comes from the families (``analysis.registry``): the
+order and titles of the figure sections, a family's summary tables and how a point's shape reads
+(``analysis/families/<family>/report.py``); the rest is computed here from the result rows.
 """
 
 from __future__ import annotations
@@ -19,18 +22,15 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from analysis import registry
 from analysis.core import outputs, validate
-from analysis.core.tables import STATUSES
-from analysis.figures import DTYPE_ORDER, MODE_TEXT, OURS, PALETTE, SECTIONS, fa2_mode
+from analysis.core.paths import ROOT
+from analysis.core.tables import shared_columns
 
-ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "reports" / "templates"
-CAPTIONS = ROOT / "reports" / "captions"
 TEMPLATE = "report.html.j2"
-REFERENCE = "sdpa-flash"
-RATIO_COLUMN = f"{OURS} / {REFERENCE}"
-CUDNN_RATIO_COLUMN = f"{OURS} / sdpa-cudnn"
 MISSING = "—"
+STATUSES = tuple(shared_columns()["status"]["enum"])
 
 
 def fmt(v) -> str:
@@ -64,19 +64,28 @@ def _table(df: pd.DataFrame | None) -> dict:
     return {"columns": [str(c) for c in df.columns], "rows": rows}
 
 
-def _shape(row) -> str:
-    def part(key):
-        v = pd.to_numeric(row.get(key), errors="coerce")
-        return "?" if pd.isna(v) else str(int(v))
-
-    nq, nk = part("seqlen_q"), part("seqlen_k")
-    n = f"N={nq}" if nq == nk else f"Nq={nq} Nk={nk}"
-    causal = str(row.get("causal")).strip().lower() in ("true", "1", "1.0")
-    return f"B={part('batch')} H={part('heads')} {n} d={part('head_dim')}" + (" causal" if causal else "")
+def _hook(experiment, name: str):
+    """The ``report.py`` function ``name`` of the family that runs ``experiment``, or None."""
+    try:
+        module = registry.of_experiment(str(experiment)).module("report")
+    except KeyError:
+        return None
+    return getattr(module, name, None) if module else None
 
 
-def _with_shape(df: pd.DataFrame) -> pd.Series:
-    return pd.Series([_shape(r) for r in df.to_dict("records")], index=df.index, dtype=object)
+def shapes(df: pd.DataFrame) -> pd.Series:
+    """Each row's shape in words, as its family writes it (empty where the family says nothing)."""
+    out = [(_hook(r.get("experiment"), "shape") or (lambda _: ""))(r) for r in df.to_dict("records")]
+    return pd.Series(out, index=df.index, dtype=object)
+
+
+def point_tables(tables: dict[str, pd.DataFrame]) -> list[pd.DataFrame]:
+    """The tables whose rows are points the report counts and lists (those whose families describe a shape)."""
+    out = []
+    for name, df in tables.items():
+        if df is not None and not df.empty and all(f.has("report") for f in registry.of_table(name)):
+            out.append(df)
+    return out
 
 
 def status_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -92,69 +101,18 @@ def status_summary(df: pd.DataFrame) -> pd.DataFrame:
     return counts.reset_index()
 
 
-def failures(df: pd.DataFrame, ops: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every row whose status is not ``ok``, with the message saying why: attention rows, then the rows of
-    the W4A16/MoE table ``ops`` (their shape is the layer and M, or the tokens and routing)."""
-    bad = df[df["status"] != "ok"]
-    out = pd.DataFrame(
-        {
-            "experiment": bad["experiment"],
-            "impl": bad["impl"],
-            "dtype": bad["dtype"],
-            "mode": bad["mode"],
-            "shape": _with_shape(bad),
-            "status": bad["status"],
+def failures(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every row of ``frames`` whose status is not ``ok``, with the message saying why, table after table."""
+    parts = []
+    for df in frames:
+        bad = df[df["status"] != "ok"]
+        parts.append(pd.DataFrame({
+            "experiment": bad["experiment"], "impl": bad["impl"], "dtype": bad["dtype"],
+            "mode": bad["mode"] if "mode" in bad else "", "shape": shapes(bad), "status": bad["status"],
             "message": bad["message"],
-        }
-    )
-    if ops is not None and not ops.empty:
-        bad = ops[ops["status"] != "ok"]
-        shape = [_ops_shape(r) for r in bad.to_dict("records")]
-        out = pd.concat([out, pd.DataFrame({"experiment": bad["experiment"], "impl": bad["impl"],
-                                            "dtype": bad["dtype"], "mode": "", "shape": shape,
-                                            "status": bad["status"], "message": bad["message"]})])  # fmt: skip
-    return out.reset_index(drop=True)
-
-
-def _ops_shape(row) -> str:
-    def part(key):
-        v = pd.to_numeric(row.get(key), errors="coerce")
-        return "?" if pd.isna(v) else str(int(v))
-
-    if row.get("experiment") == "moe":
-        return f"{row.get('model')} {part('tokens')} tokens, {row.get('routing')} routing, stage {row.get('stage')}"
-    return f"{row.get('model')} M={part('m')} N={part('n')} K={part('k')}"
-
-
-def throughput_summary(df: pd.DataFrame, mode: str = "fwd") -> pd.DataFrame:
-    """Best TFLOP/s of one mode per impl at the largest N of each (dtype, head_dim, causal) setting.
-
-    Experiment ``fa2-setting``. "Largest N" is the largest sequence length at which any
-    implementation finished in that setting, so an impl that failed there shows as missing rather
-    than being compared at a smaller N. The last columns are ours divided by sdpa-flash and by
-    sdpa-cudnn at that N.
-    """
-    d = fa2_mode(df, mode).dropna(subset=["tflops"])
-    setting = ["dtype", "head_dim", "causal"]
-    if d.empty:
-        return pd.DataFrame(columns=setting + ["N", RATIO_COLUMN, CUDNN_RATIO_COLUMN])
-    largest = d.groupby(setting)["seqlen_q"].transform("max")
-    at_n = d[d["seqlen_q"] == largest].rename(columns={"seqlen_q": "N"})
-    # Several rows per impl (e.g. kernel configurations) can exist at one point: report the best.
-    wide = at_n.pivot_table(index=setting + ["N"], columns="impl", values="tflops", aggfunc="max")
-    impls = [i for i in PALETTE if i in wide.columns] + sorted(set(wide.columns) - set(PALETTE))
-    wide = wide[impls]
-    ours = wide[OURS] if OURS in wide.columns else np.nan
-    ref = wide[REFERENCE] if REFERENCE in wide.columns else np.nan
-    wide[RATIO_COLUMN] = ours / ref
-    wide[CUDNN_RATIO_COLUMN] = ours / (wide["sdpa-cudnn"] if "sdpa-cudnn" in wide.columns else np.nan)
-    wide.columns.name = None
-    rank = {t: i for i, t in enumerate(DTYPE_ORDER)}
-    return (
-        wide.reset_index()
-        .sort_values(setting, key=lambda c: c.map(rank) if c.name == "dtype" else c, kind="stable")
-        .reset_index(drop=True)
-    )
+        }))  # fmt: skip
+    cols = ["experiment", "impl", "dtype", "mode", "shape", "status", "message"]
+    return pd.concat(parts).reset_index(drop=True) if parts else pd.DataFrame(columns=cols)
 
 
 def correctness_table(checks: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -166,7 +124,7 @@ def correctness_table(checks: pd.DataFrame | None) -> pd.DataFrame | None:
             "impl": checks["impl"],
             "dtype": checks["dtype"],
             "mode": checks["mode"],
-            "shape": _with_shape(checks),
+            "shape": shapes(checks),
             "max_abs_err": pd.to_numeric(checks["max_abs_err"], errors="coerce"),
             "ref_err": pd.to_numeric(checks["ref_err"], errors="coerce"),
             "err_bound": pd.to_numeric(checks["err_bound"], errors="coerce"),
@@ -180,9 +138,10 @@ def _data_uri(png) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(png).read_bytes()).decode("ascii")
 
 
-def _caption(file_name: str) -> list[str]:
-    """Caption paragraphs (blank-line separated in the .rst), each joined onto one line."""
-    text = (CAPTIONS / file_name).read_text(encoding="utf-8")
+def _caption(path: str) -> list[str]:
+    """Caption paragraphs (blank-line separated in the .rst; ``path`` relative to the repository root), each
+    joined onto one line."""
+    text = (ROOT / path).read_text(encoding="utf-8")
     return [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
 
 
@@ -211,16 +170,22 @@ def _figure(entry: dict) -> dict:
 OTHER_SECTION = "more"
 
 
+def section_titles() -> dict[str, str]:
+    """Section id → title of every family's figure sections, in registry order."""
+    return {sid: title for f in registry.FAMILIES.values() for sid, title in f.sections}
+
+
 def figure_sections(entries: list[dict]) -> list[dict]:
-    """Figures grouped under the experiment they show (``section`` of each manifest entry), in the order
-    of ``analysis.figures.SECTIONS``; entries without a known section come last, under "More figures"."""
+    """Figures grouped under the section they belong to (``section`` of each manifest entry), in the order of
+    the families' sections; entries without a known section come last, under "More figures"."""
+    titles = section_titles()
     groups: dict[str, list[dict]] = {}
     for e in entries:
-        key = e.get("section") if e.get("section") in SECTIONS else OTHER_SECTION
+        key = e.get("section") if e.get("section") in titles else OTHER_SECTION
         groups.setdefault(key, []).append(e)
-    order = [k for k in SECTIONS if k in groups] + ([OTHER_SECTION] if OTHER_SECTION in groups else [])
+    order = [k for k in titles if k in groups] + ([OTHER_SECTION] if OTHER_SECTION in groups else [])
     return [
-        {"id": k, "title": SECTIONS.get(k, "More figures"), "figures": [_figure(e) for e in groups[k]]} for k in order
+        {"id": k, "title": titles.get(k, "More figures"), "figures": [_figure(e) for e in groups[k]]} for k in order
     ]
 
 
@@ -229,35 +194,23 @@ def _value_text(v) -> str:
 
 
 def _gpu(g: dict) -> dict:
-    table = g.get("table")
-    table = table if table is not None else pd.DataFrame()
-    ops = g.get("ops_table")  # the W4A16/MoE rows, counted and listed with the attention rows
+    tables = g.get("tables") or {}
+    points = point_tables(tables)
     keys = ["experiment", "impl", "status"]
-    frames = [t[keys] for t in (table, ops) if t is not None and not t.empty]
-    both = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    both = pd.concat([t[keys] for t in points], ignore_index=True) if points else pd.DataFrame()
     provenance = g.get("provenance") or {}
+    summaries = [s for f in registry.FAMILIES.values() if f.has("report")
+                 for s in (getattr(f.module("report"), "summary_tables", None) or (lambda _: []))(tables)]  # fmt: skip
     return {
         "slug": g["slug"],
         "name": provenance.get("gpu_name") or g["slug"],
         "source": g.get("source", ""),
         "provenance": [(str(k), _value_text(v)) for k, v in provenance.items()],
         "sections": figure_sections(g.get("figures") or []),
-        "throughput": _throughput(table),
+        "summaries": [{"title": s["title"], "text": s["text"], "table": _table(s["table"])} for s in summaries],
         "status": _table(status_summary(both)) if not both.empty else None,
-        "failures": _table(failures(table, ops)) if not both.empty else None,
+        "failures": _table(failures(points)) if not both.empty else None,
     }
-
-
-def _throughput(table: pd.DataFrame) -> list[dict]:
-    """One summary table per mode of the FA-2 setting present (forward first, as before modes)."""
-    if table.empty:
-        return []
-    present = set(table.loc[table["experiment"] == "fa2-setting", "mode"].dropna())
-    return [
-        {"mode": m, "what": MODE_TEXT[m].capitalize(), "table": _table(throughput_summary(table, m))}
-        for m in MODE_TEXT
-        if m in present or m == "fwd"
-    ]
 
 
 VERDICT_ORDER = ("holds", "partly", "fails", "inconsistent", "untestable")
@@ -303,8 +256,8 @@ def render_report(
     """Write the report to ``out_html`` (through a temporary file: a failure leaves the last report) and
     return its path.
 
-    ``gpus``: one dict per GPU with ``slug``, ``source``, ``provenance`` (dict), ``figures`` (as
-    returned by ``analysis.figures.render_all``) and ``table`` (all result rows of that GPU).
+    ``gpus``: one dict per GPU with ``slug``, ``source``, ``provenance`` (dict), ``figures`` (manifest entries,
+    as ``analysis.core.plotting.render_all`` returns them) and ``tables`` (table name → that GPU's rows).
     ``checks``: correctness-only rows (experiment ``interpreter-check``) or None.
     ``generated``: facts about this build shown in the header; ``timestamp`` and ``git_sha`` are
     named explicitly, any other keys are listed. ``extra_sections``: dicts with ``title`` and

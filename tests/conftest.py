@@ -63,3 +63,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def device() -> str:
     """Where kernel tests put their tensors: the GPU if there is one, else the CPU (interpreter)."""
     return "cuda" if HAS_CUDA else "cpu"
+
+
+@pytest.fixture(scope="session")
+def claims() -> dict:
+    """Every claim (the articles' registry and the families' own), by id (``audit_helpers``)."""
+    import audit_helpers
+
+    return audit_helpers.all_claims()
+
+
+@pytest.fixture(scope="module")
+def env() -> dict:
+    """This machine's environment record, as a job writes it beside its rows."""
+    from analysis.core.provenance import environment
+
+    return environment()
+
+
+@pytest.fixture
+def fake_timing(monkeypatch) -> list[tuple[float, float]]:
+    """Harness timing and peak memory without a GPU (``fake_harness``); the timing calls' (warmup, rep)."""
+    import fake_harness
+
+    return fake_harness.install(monkeypatch)

@@ -13,6 +13,10 @@ the workflow is planned:
   attention table and the environment, and every file it lists present with its SHA-256.
 
 Any problem raises ``ShippedSetError`` naming the set and the file.
+
+What a set's manifest lists is what was measured and published; files derived from those (``DERIVED``: the
+set's ``summary.md``, regenerated from its tables by ``analysis.summary``) are never listed, so that they can
+be regenerated when their generator changes without altering the set. A manifest that lists one is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import json
 from pathlib import Path
 
 MANIFEST = "MANIFEST.json"
-REQUIRED = ("attention.csv", "environment.json")
+REQUIRED = ("environment.json",)  # and at least one result table (a .csv at the top of the set)
+DERIVED = ("summary.md",)
 
 
 class ShippedSetError(ValueError):
@@ -49,8 +54,15 @@ def verify(folder: str | Path) -> dict:
     if manifest.get("gpu") != folder.name:
         raise ShippedSetError(f"{manifest_path}: gpu is {manifest.get('gpu')!r}, but the folder is {folder.name!r}")
     missing = [name for name in REQUIRED if name not in files]
+    if not any("/" not in name and name.endswith(".csv") for name in files):
+        missing.append("a result table (<table>.csv)")
     if missing:
-        raise ShippedSetError(f"{manifest_path}: the set lacks {missing} (a result set needs {list(REQUIRED)})")
+        raise ShippedSetError(f"{manifest_path}: the set lacks {missing} (a result set needs {list(REQUIRED)} and a "
+                              "result table)")  # fmt: skip
+    derived = [name for name in DERIVED if name in files]
+    if derived:
+        raise ShippedSetError(f"{manifest_path}: lists {derived}, which are derived from the set's tables and "
+                              "regenerated, never published")  # fmt: skip
     for name, digest in sorted(files.items()):
         path = folder / name
         if not path.is_file():

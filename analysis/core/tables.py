@@ -1,146 +1,148 @@
-"""Tidy result tables: the one row format every experiment writes, and the collect step.
+"""Result tables: the one row format every family writes, composed from shared columns and the family's own.
 
-Every benchmark point is one row in long format. A row is written for every point that was attempted,
-whatever happened to it: ``status`` says how it ended and ``message`` why, so a failed or out-of-memory
-point is visible in the tables and figures instead of silently missing.
+Every attempted point is one row in long format, whatever happened to it: ``status`` says how it ended and
+``message`` why, so a failed or out-of-memory point is visible in the tables and figures instead of
+silently missing. A job writes one CSV (``results/<gpu>/<family>/<shard>.csv``); collect concatenates a GPU's
+jobs into its tables (``results/<gpu>/<table>.csv``), one per table name: families whose rows share a layout
+share a table (attention and FP8 rows in ``attention.csv``, W4A16 and MoE rows in ``ops.csv``).
 
-Columns (see ``COLUMNS``; ``workflow/schemas/result.schema.yaml`` describes each one for users):
+Columns. ``workflow/schemas/result.schema.yaml`` defines the columns that several families use, once: the
+core every table has (``CORE``: experiment, status, message, timestamp), and the identity, timing, error,
+telemetry and provenance columns of measured rows. Each family's ``columns.yaml`` lists the columns its rows
+carry, in order, and defines those the shared file does not (``analysis.core.family``). ``compose`` makes a
+table from its families: the union of their lists in an order consistent with each (``merge_orders``), and
+the JSON schema of one row from the definitions, with ``experiment`` restricted to the families' experiments.
 
-identity       experiment, family, op, impl, dtype, mode (fwd / bwd / fwd+bwd), batch, heads, heads_kv,
-               seqlen_q, seqlen_k, head_dim, causal, tokens (total tokens of a variable-length batch),
-               inputs (the input distribution: normal, or fp8-accuracy's outliers / large)
-outcome        status (ok / oom / unsupported / error / mismatch), message, timed (False for
-               correctness-only rows, e.g. the interpreter on a CPU)
-metrics        ms_median, ms_p20, ms_p80 (GPU time), host_ms (the host-side cost of one eager call,
-               ``analysis.harness``), tflops (from ``analysis.flops``, for the row's mode),
-               model_bytes (bytes the point must move at minimum, where a byte model applies), gbps
-               (model_bytes / median time), pad_waste (share of a padded batch's FLOPs spent on padding),
-               peak_mem_mib (peak allocated during one timed call minus what was allocated before it),
-               max_abs_err, rms_err (against the float64 reference; for gradient modes the worst of the
-               output and dq, dk, dv relative to its bound), ref_err (max-abs error of plain PyTorch at
-               the same precision), err_bound (the tolerance the policy allowed), p_underflow and
-               p_mass_lost (FP8 rows of fp8-accuracy: share of P's entries, and of its mass, flushed to 0)
-telemetry      sm_clock_mhz, mem_clock_mhz, temp_c, power_w (NVML samples taken while the point was timed)
-provenance     gpu_name, gpu, driver, cuda, torch, triton, python, git_sha, timestamp, kernel_config
-
-Columns in ``OPTIONAL`` were added after tables had been shipped; a table without them still loads and
-gets them as NaN (or ``OPTIONAL_DEFAULTS``). They are exactly the schema's columns that it does not
-require (a test keeps the two equal). Any other missing column is an error.
-
-Every file read is validated first (``analysis.validate``: the schema's columns, types, status vocabulary,
-value ranges and row rules), so a truncated, corrupted or inconsistent table fails the step that reads
-it, with the file, line and column named.
+Columns a family lists as ``optional`` were added after tables had been shipped; a table without them still
+loads and gets them as NaN (or the family's ``defaults``). Any other missing column is an error. Every file
+read is validated first (``analysis.core.validate``: columns, types, the status vocabulary, value ranges and
+row rules), so a truncated, corrupted or inconsistent table fails the step that reads it, with the file,
+line and column named.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+import dataclasses
+import functools
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from analysis.core import outputs, validate
+from analysis.core.paths import SCHEMAS
 
-IDENTITY = [
-    "experiment",
-    "family",
-    "op",
-    "impl",
-    "dtype",
-    "mode",
-    "batch",
-    "heads",
-    "heads_kv",
-    "seqlen_q",
-    "seqlen_k",
-    "head_dim",
-    "causal",
-    "tokens",
-    "inputs",
-]
-OUTCOME = ["status", "message", "timed"]
-METRICS = [
-    "ms_median",
-    "ms_p20",
-    "ms_p80",
-    "host_ms",
-    "tflops",
-    "model_bytes",
-    "gbps",
-    "pad_waste",
-    "peak_mem_mib",
-    "max_abs_err",
-    "rms_err",
-    "ref_err",
-    "err_bound",
-    "p_underflow",
-    "p_mass_lost",
-]
-TELEMETRY = ["sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w"]
-PROVENANCE = [
-    "gpu_name",
-    "gpu",
-    "driver",
-    "cuda",
-    "torch",
-    "triton",
-    "python",
-    "git_sha",
-    "timestamp",
-    "kernel_config",
-]
-COLUMNS = IDENTITY + OUTCOME + METRICS + TELEMETRY + PROVENANCE
-# Added after results were shipped: filled with NaN when an older table lacks them.
-OPTIONAL = ["tokens", "model_bytes", "gbps", "pad_waste", "inputs", "p_underflow", "p_mass_lost", "host_ms"]
-# What an OPTIONAL column means in a table written before it existed (else NaN).
-OPTIONAL_DEFAULTS = {"inputs": "normal"}
-
-STATUSES = ("ok", "oom", "unsupported", "error", "mismatch")
+CORE = ("experiment", "status", "message", "timestamp")
+SHARED = SCHEMAS / "result.schema.yaml"
 
 
-def frame(rows: Iterable[dict], columns: list[str], statuses: tuple[str, ...], schema: str) -> pd.DataFrame:
+@functools.cache
+def shared_columns() -> dict[str, dict]:
+    """Name → JSON-schema property of every column defined in ``workflow/schemas/result.schema.yaml``."""
+    return yaml.safe_load(SHARED.read_text(encoding="utf-8"))["properties"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Table:
+    """One result table: its columns in order, those older files may lack (and what they mean there), and
+    the JSON schema every file of it is validated against."""
+
+    name: str
+    columns: tuple[str, ...]
+    optional: tuple[str, ...]
+    defaults: dict
+    schema: dict
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        return tuple(self.schema["properties"]["status"]["enum"])
+
+    def frame(self, rows: Iterable[dict]) -> pd.DataFrame:
+        """Rows (dicts) to a frame with exactly the table's columns; unknown keys or statuses are an error."""
+        return frame(rows, list(self.columns), self.statuses, self.name)
+
+    def write_rows(self, rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
+        """Write one job's rows to ``path`` (CSV, through a temporary file). Returns the frame written."""
+        return write_frame(self.frame(rows), path)
+
+    def read_rows(self, paths: Iterable[str | Path]) -> pd.DataFrame:
+        """Concatenate CSVs of this table (one per job) into one frame, each file validated first."""
+        return read_tables(paths, list(self.columns), self.optional, self.defaults, self.name, self.schema)
+
+
+def merge_orders(lists: Sequence[Sequence[str]]) -> list[str]:
+    """The union of ``lists``, each list's order kept: a name new to the result goes right before the next
+    name of its own list that is already placed (at the end when there is none)."""
+    out: list[str] = []
+    for names in lists:
+        for i, name in enumerate(names):
+            if name in out:
+                continue
+            later = next((n for n in names[i + 1 :] if n in out), None)
+            out.insert(out.index(later) if later is not None else len(out), name)
+    return out
+
+
+def compose(name: str, declared: Sequence[dict], experiments: Sequence[str]) -> Table:
+    """The table ``name`` of the families whose ``columns.yaml`` contents are ``declared`` (in registry order)
+    and whose experiments are ``experiments``. A column a family defines must not be a shared one, and two
+    families of one table must define a column alike."""
+    shared = shared_columns()
+    own: dict[str, dict] = {}
+    for d in declared:
+        for col, prop in (d.get("properties") or {}).items():
+            if col in shared:
+                raise ValueError(f"table {name}: column {col!r} is defined in {SHARED.name}, not by a family")
+            if col in own and own[col] != prop:
+                raise ValueError(f"table {name}: two families define column {col!r} differently")
+            own[col] = prop
+    columns = merge_orders([d["columns"] for d in declared])
+    missing = [c for c in CORE if c not in columns]
+    undefined = [c for c in columns if c not in shared and c not in own]
+    if missing or undefined:
+        raise ValueError(f"table {name}: core columns {missing} missing, columns {undefined} defined nowhere")
+    optional = tuple(c for c in columns if any(c in (d.get("optional") or ()) for d in declared))
+    defaults = {k: v for d in declared for k, v in (d.get("defaults") or {}).items()}
+    properties = {c: copy.deepcopy(shared.get(c) or own[c]) for c in columns}
+    properties["experiment"]["enum"] = list(experiments)
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "description": f"One row of the {name} table: " + " ".join(d.get("description", "").strip() for d in declared),
+        "type": "object",
+        "additionalProperties": False,
+        "required": [c for c in columns if c not in optional],
+        "properties": properties,
+    }
+    return Table(name, tuple(columns), optional, defaults, schema)
+
+
+def frame(rows: Iterable[dict], columns: list[str], statuses: tuple[str, ...], what: str) -> pd.DataFrame:
     """Rows (dicts) to a frame with exactly ``columns`` in order; unknown keys or statuses are an error."""
     rows = list(rows)
     for r in rows:
         extra = set(r) - set(columns)
         if extra:
-            raise ValueError(f"row has columns outside the {schema} schema: {sorted(extra)}")
+            raise ValueError(f"row has columns outside the {what} schema: {sorted(extra)}")
         if r.get("status") not in statuses:
             raise ValueError(f"row status must be one of {statuses}, got {r.get('status')!r}")
     return pd.DataFrame(rows, columns=columns)
 
 
-def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
-    """Result rows to a frame with exactly ``COLUMNS``."""
-    return frame(rows, COLUMNS, STATUSES, "result")
-
-
 def write_frame(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
-    """Write a table to ``path`` (CSV) through a temporary file (``analysis.outputs``), creating the folder:
-    a job killed mid-write leaves no half file that looks finished."""
+    """Write a table to ``path`` (CSV) through a temporary file (``analysis.core.outputs``), creating the
+    folder: a job killed mid-write leaves no half file that looks finished."""
     outputs.write_csv(df, path)
     return df
 
 
-def write_rows(rows: Iterable[dict], path: str | Path) -> pd.DataFrame:
-    """Write one job's result rows to ``path`` (CSV). Returns the frame written."""
-    return write_frame(to_frame(rows), path)
-
-
-SCHEMA = "result.schema.yaml"
-
-
-def read_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Concatenate result CSVs (one per job) into one table with the schema's columns, each file validated."""
-    return read_tables(paths, COLUMNS, OPTIONAL, OPTIONAL_DEFAULTS, "result", SCHEMA)
-
-
 def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str = "result",
-                schema: str | None = None) -> pd.DataFrame:  # fmt: skip
+                schema: dict | str | None = None) -> pd.DataFrame:  # fmt: skip
     """Concatenate CSVs (one per job) into one table with exactly ``columns``, each validated against
-    ``schema`` (a file of ``workflow/schemas``; ``analysis.validate``) first. A file without some of the
-    ``optional`` columns (written before they existed) gets them as ``defaults`` or NaN, each file on its
-    own; any other missing column is an error."""
+    ``schema`` (a dict, or a file of ``workflow/schemas``; ``analysis.core.validate``) first. A file without
+    some of the ``optional`` columns (written before they existed) gets them as ``defaults`` or NaN, each
+    file on its own; any other missing column is an error."""
     defaults = defaults or {}
     if schema is not None:
         frames = [validate.read_csv(p, schema) for p in paths]
@@ -158,5 +160,5 @@ def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str
 
 
 def load_provenance(path: str | Path) -> dict:
-    """An ``environment.json``, validated (``analysis.validate.read_environment``)."""
+    """An ``environment.json``, validated (``analysis.core.validate.read_environment``)."""
     return validate.read_environment(path)

@@ -9,14 +9,15 @@ import math
 
 import pytest
 
-from analysis import publish
-from analysis.core import tables
+from analysis import publish, registry
+
+ATTENTION, OPS = registry.table("attention"), registry.table("ops")
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 
 
 def _row(sha: str, gpu: str = "h200", **over) -> dict:
-    r = {c: math.nan for c in tables.COLUMNS}
+    r = {c: math.nan for c in ATTENTION.columns}
     r.update(experiment="fa2-setting", family="attention", op="attention", impl="ours-fa2", dtype="float16",
              mode="fwd", batch=1, heads=1, heads_kv=1, seqlen_q=128, seqlen_k=128, head_dim=64, causal=False,
              inputs="normal", status="ok", message="", timed=True, ms_median=0.1, ms_p20=0.09, ms_p80=0.11,
@@ -29,13 +30,17 @@ def _row(sha: str, gpu: str = "h200", **over) -> dict:
 def _results(tmp_path, rows):
     res = tmp_path / "results"
     (res / "h200" / "attention").mkdir(parents=True)
-    tables.write_rows(rows, res / "h200" / "attention.csv")
-    tables.write_rows(rows[:1], res / "h200" / "attention" / "shard.csv")
+    ATTENTION.write_rows(rows, res / "h200" / "attention.csv")
+    ATTENTION.write_rows(rows[:1], res / "h200" / "attention" / "shard.csv")
     env = {"gpu": "h200", "gpu_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
            "git_sha": rows[0]["git_sha"]}  # fmt: skip
     (res / "h200" / "environment.json").write_text(json.dumps(env))
-    (res / "logs" / "h200").mkdir(parents=True)
-    (res / "logs" / "h200" / "shard.log").write_text("ran\n")
+    (res / "logs" / "h200" / "attention" / "shard").mkdir(parents=True)
+    (res / "logs" / "h200" / "attention" / "shard.log").write_text("ran\n")
+    (res / "logs" / "h200" / "attention" / "shard" / "side.txt").write_text("a job's side file\n")
+    (res / "report" / "h200" / "attention").mkdir(parents=True)
+    (res / "report" / "h200" / "attention" / "figure.png").write_bytes(b"png")
+    (res / "h200" / "summary.md").write_text("derived\n")
     return res
 
 
@@ -48,7 +53,12 @@ def test_publish_copies_and_writes_a_checkable_manifest(tmp_path):
     for name, digest in manifest["files"].items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     assert (out / "attention.csv").read_bytes() == (res / "h200" / "attention.csv").read_bytes()
-    assert (out / "jobs" / "shard.csv").is_file() and (out / "logs" / "shard.log").is_file()
+    assert (out / "jobs" / "attention" / "shard.csv").is_file()
+    assert (out / "logs" / "attention" / "shard.log").is_file()
+    assert (out / "logs" / "attention" / "shard" / "side.txt").is_file()
+    assert (out / "figures" / "attention" / "figure.png").is_file()
+    assert not (out / "summary.md").exists() and "summary.md" not in manifest["files"]  # derived, not published
+    assert manifest["tables"] == {"attention": {"rows": 2, "statuses": {"ok": 2}, "rows_per_commit": {SHA_A: 2}}}
 
 
 def test_publish_refuses_other_gpu_types(tmp_path):
@@ -58,10 +68,8 @@ def test_publish_refuses_other_gpu_types(tmp_path):
 
 
 def test_publish_refuses_ops_rows_of_other_gpu_types(tmp_path):
-    from analysis import ops_tables
-
     res = _results(tmp_path, [_row(SHA_A)])
-    ops_tables.write_rows([_ops_row(SHA_A), _ops_row(SHA_A, gpu="a100-sxm4-80gb")], res / "h200" / "ops.csv")
+    OPS.write_rows([_ops_row(SHA_A), _ops_row(SHA_A, gpu="a100-sxm4-80gb")], res / "h200" / "ops.csv")
     with pytest.raises(ValueError, match="ops.csv holds rows of GPU types"):
         publish.publish("h200", res, tmp_path / "ref")
 
@@ -98,9 +106,7 @@ def test_measured_code_diff_asks_git_about_the_measured_code_only(monkeypatch):
 
 
 def _ops_row(sha: str, **over) -> dict:
-    from analysis import ops_tables
-
-    r = {c: math.nan for c in ops_tables.COLUMNS}
+    r = {c: math.nan for c in OPS.columns}
     r.update(experiment="moe", family="moe", op="grouped-gemm", impl="ours-grouped", dtype="bfloat16", model="qwen",
              stage="total", status="ok", message="", timed=True, ms_median=0.1, ms_p20=0.09, ms_p80=0.11, gpu="h200",
              git_sha=sha, kernel_config="")  # fmt: skip
@@ -111,10 +117,8 @@ def _ops_row(sha: str, **over) -> dict:
 def test_ops_rows_are_counted_per_commit_and_their_commits_are_mixed_in(tmp_path, monkeypatch):
     """ops.csv is copied, its rows and commits go into the manifest, and a commit of the ops rows alone
     makes the results mixed: refused unless allowed, then its measured-code changes are recorded."""
-    from analysis import ops_tables
-
     res = _results(tmp_path, [_row(SHA_A)])
-    ops_tables.write_rows([_ops_row(SHA_B), _ops_row(SHA_B, impl="torch-grouped-mm", status="unsupported",
+    OPS.write_rows([_ops_row(SHA_B), _ops_row(SHA_B, impl="torch-grouped-mm", status="unsupported",
                                                    message="not available")],
                           res / "h200" / "ops.csv")  # fmt: skip
     with pytest.raises(ValueError, match="several commits"):
@@ -123,7 +127,8 @@ def test_ops_rows_are_counted_per_commit_and_their_commits_are_mixed_in(tmp_path
     monkeypatch.setattr(publish, "measured_code_diff", lambda shas, repo=None: {"a..b": ["kernels/moe/ffn.py"]})
     out = publish.publish("h200", res, tmp_path / "ref", allow_mixed=True)
     manifest = json.loads((out / "MANIFEST.json").read_text())
-    assert manifest["ops"] == {"rows": 2, "statuses": {"ok": 1, "unsupported": 1}, "rows_per_commit": {SHA_B: 2}}
-    assert "rows_per_commit" not in manifest  # the attention rows are of one commit
+    assert manifest["tables"]["ops"] == {"rows": 2, "statuses": {"ok": 1, "unsupported": 1},
+                                         "rows_per_commit": {SHA_B: 2}}  # fmt: skip
+    assert manifest["git_sha"] == SHA_B and manifest["rows_per_commit"] == {SHA_B: 2, SHA_A: 1}
     assert manifest["measured_code_changes"] == {"a..b": ["kernels/moe/ffn.py"]}
     assert (out / "ops.csv").read_bytes() == (res / "h200" / "ops.csv").read_bytes()

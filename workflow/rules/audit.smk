@@ -1,12 +1,9 @@
-# ---- audit: every claim of the registry judged against the models and each GPU's measured table -------
+# ---- audit: every claim judged against the models and every table of every GPU type in the report --------
 rule audit:
     input:
-        registry="analysis/claims/registry.yaml",
+        registry="analysis/audit/registry.yaml",
         specs="analysis/core/gpu_specs.yaml",
-        tables=lambda w: [table_path(g) for g in report_gpus()],
-        traffic=lambda w: [traffic_path(g) for g in traffic_gpus()],
-        ops=lambda w: [ops_path(g) for g in ops_gpus()],
-        compiled=[COMPILED_TABLE] if COMPILED_TABLE else [],
+        tables=lambda w: [p for files in audit_tables().values() for p in files.values()],
     output:
         update(f"{RESULTS}/audit/verdicts.csv"),
     log:
@@ -14,9 +11,6 @@ rule audit:
     conda:
         "../../envs/kernels.yaml"
     params:
-        tables=lambda w: {g: table_path(g) for g in report_gpus()},
-        traffic=lambda w: {g: traffic_path(g) for g in traffic_gpus()},
-        ops=lambda w: {g: ops_path(g) for g in ops_gpus()},
-        compiled=lambda w, input: input.compiled[0] if input.compiled else None,
+        tables=lambda w: audit_tables(),
     script:
         "../scripts/audit.py"

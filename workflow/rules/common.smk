@@ -1,4 +1,4 @@
-# Shared definitions: which GPU types are measured, which shards the grid has, where tables live.
+# Shared definitions: which GPU types are measured, which shards every family has, where tables live.
 import os
 import sys
 from pathlib import Path
@@ -11,8 +11,8 @@ import re
 
 from snakemake.exceptions import WorkflowError
 
+from analysis import registry
 from analysis.core import shipped
-from analysis.experiments import grid, ops_grid
 from analysis.core.provenance import CPU_SLUG, detect_gpu_slug
 
 RESULTS = config["results_dir"]
@@ -20,7 +20,7 @@ RESULTS = config["results_dir"]
 REFERENCE = (
     None if config["reference_dir"] in (None, "null") else config["reference_dir"]
 )
-ATT = config["attention"]
+FAMILIES = registry.FAMILIES
 try:  # every shipped result set checked against its manifest now, not discovered missing in the report
     SHIPPED = shipped.verified_gpus(REFERENCE)
 except shipped.ShippedSetError as exc:
@@ -47,7 +47,8 @@ if gpu_limit() is not None:
 
 
 def measured_gpus():
-    """GPU types measured in this run: the config's list, or this machine's GPU (none on a CPU)."""
+    """GPU types measured in this run: the config's list, or this machine's GPU (none on a CPU). `cpu` may be
+    listed: the families then run on this machine's CPU, in Triton's interpreter."""
     if gpu_limit() == 0:
         return []
     if config["gpus"] == "auto":
@@ -87,6 +88,10 @@ def reference_gpus():
     return [g for g in SHIPPED if g not in measured_gpus()]
 
 
+def report_gpus():
+    return measured_gpus() + reference_gpus()
+
+
 def report_notices():
     """Banners at the top of the report: what it does not include, when the user chose so."""
     notices = []
@@ -101,29 +106,74 @@ def report_notices():
     return notices
 
 
-def report_gpus():
-    return measured_gpus() + reference_gpus()
+# ---- the families' jobs ----------------------------------------------------------------------------------
+# Shard name -> spec fields, per family: measured on every measured GPU type (scope gpu), or once on this
+# machine (scope machine: results/<family>/<shard>.csv).
+SHARDS = {n: f.shards(config) for n, f in FAMILIES.items() if f.scope == "gpu"}
+MACHINE = {n: f.shards(config) for n, f in FAMILIES.items() if f.scope == "machine"}
+TABLES = list(dict.fromkeys(f.table for f in FAMILIES.values() if f.scope == "gpu"))
 
 
-def attention_shards():
-    """Shard name -> analysis.experiments.attention.Spec fields, for every GPU benchmark job."""
-    return grid.attention_shards(ATT)
-
-
-def interpreter_enabled():
-    flag = ATT["interpreter_check"]["enabled"]
+def checks_enabled(family):
+    """A family's interpreter checks (its section's interpreter_check.enabled): "auto" runs them only when no
+    GPU is measured; true or false force them."""
+    flag = (family.section(config).get("interpreter_check") or {}).get(
+        "enabled", "auto"
+    )
     return not measured_gpus() if flag == "auto" else bool(flag)
 
 
-def check_shards():
-    """Shard name -> Spec fields for the interpreter checks (CPU, correctness only)."""
-    return grid.interpreter_shards(ATT)
+# Check name -> (family, spec fields) of every interpreter check (CPU, correctness only)
+CHECKS = {
+    name: (f.name, fields)
+    for f in FAMILIES.values()
+    if checks_enabled(f)
+    for name, fields in f.checks(config).items()
+}
+CHECKS_TABLE = next((FAMILIES[fam].table for fam, _ in CHECKS.values()), None)
+if any(FAMILIES[fam].table != CHECKS_TABLE for fam, _ in CHECKS.values()):
+    raise WorkflowError(
+        "interpreter checks of families with different tables cannot share results/cpu/checks.csv"
+    )
 
 
-def table_path(gpu):
+def shard_paths(gpu, table):
+    """Every job's CSV of one table on a measured GPU type."""
+    return [
+        f"{RESULTS}/{gpu}/{f.name}/{shard}.csv"
+        for f in registry.of_table(table)
+        if f.scope == "gpu"
+        for shard in sorted(SHARDS[f.name])
+    ]
+
+
+def table_path(gpu, table):
+    """A table of a GPU type in the report: measured now (when its families have shards), else shipped, else
+    None."""
     if gpu in measured_gpus():
-        return f"{RESULTS}/{gpu}/attention.csv"
-    return f"{REFERENCE}/{gpu}/attention.csv"
+        return f"{RESULTS}/{gpu}/{table}.csv" if shard_paths(gpu, table) else None
+    if REFERENCE is None:
+        return None
+    shipped_table = Path(REFERENCE) / gpu / f"{table}.csv"
+    return str(shipped_table) if shipped_table.is_file() else None
+
+
+def tables_of(gpu):
+    """Table name -> file of every table the GPU type has."""
+    return {t: table_path(gpu, t) for t in TABLES if table_path(gpu, t)}
+
+
+def figure_families(gpu):
+    """The families with figures whose table the GPU type has, in registry order."""
+    return [
+        f.name
+        for f in FAMILIES.values()
+        if f.scope == "gpu" and f.has("figures") and table_path(gpu, f.table)
+    ]
+
+
+def figure_dirs(gpu):
+    return [f"{RESULTS}/report/{gpu}/{name}" for name in figure_families(gpu)]
 
 
 def environment_path(gpu):
@@ -138,58 +188,35 @@ def source_text(gpu):
     return f"shipped reference results ({REFERENCE}/{gpu}/), not measured in this run"
 
 
-def traffic_path(gpu):
-    """The traffic table of a GPU type in the report: measured now (if enabled), else shipped, else None."""
-    if gpu in measured_gpus():
-        enabled = ATT["traffic"]["enabled"] is not False
-        return f"{RESULTS}/{gpu}/traffic.csv" if enabled else None
-    shipped = Path(REFERENCE) / gpu / "traffic.csv"
-    return str(shipped) if shipped.is_file() else None
+def comparison_families():
+    """Families with figures over every GPU type, when the report holds more than one."""
+    if len(report_gpus()) < 2:
+        return []
+    return [
+        f.name
+        for f in FAMILIES.values()
+        if f.scope == "gpu"
+        and f.compares
+        and sum(1 for g in report_gpus() if table_path(g, f.table)) > 1
+    ]
 
 
-def traffic_gpus():
-    """GPU types of the report that have a traffic table."""
-    return [g for g in report_gpus() if traffic_path(g)]
-
-
-def ops_path(gpu):
-    """The W4A16/MoE table of a GPU type in the report: measured now (if the grid has shards), else shipped,
-    else None."""
-    if gpu in measured_gpus():
-        return f"{RESULTS}/{gpu}/ops.csv" if OPS_SHARDS else None
-    shipped = Path(REFERENCE) / gpu / "ops.csv"
-    return str(shipped) if shipped.is_file() else None
-
-
-def ops_gpus():
-    """GPU types of the report that have an ops table."""
-    return [g for g in report_gpus() if ops_path(g)]
-
-
-def comparison_dir():
-    """The cross-GPU figures' folder, when the report holds more than one GPU type."""
-    return f"{RESULTS}/report/compare" if len(report_gpus()) > 1 else None
-
-
-def checks_path():
-    return f"{RESULTS}/{CPU_SLUG}/checks.csv" if interpreter_enabled() else None
-
-
-def all_targets():
-    return [config["report"]]
+def audit_tables():
+    """Table name -> GPU type (or "-" for a GPU-independent one) -> file: what the audit reads."""
+    out = {t: {g: table_path(g, t) for g in report_gpus() if table_path(g, t)} for t in TABLES}
+    for name, shards in MACHINE.items():
+        for shard in sorted(shards):
+            out.setdefault(FAMILIES[name].table, {})["-"] = f"{RESULTS}/{name}/{shard}.csv"
+    return {t: files for t, files in out.items() if files}
 
 
 def _alternatives(names):
-    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
-
-
-ATTENTION_SHARDS = attention_shards()
-CHECK_SHARDS = check_shards()
-# the W4A16 and MoE shards (config sections quant: and moe:), one GPU job each (workflow/rules/ops.smk)
-OPS_SHARDS = ops_grid.ops_shards(config)
+    return "|".join(re.escape(n) for n in sorted(set(names))) or "(?!)"
 
 
 wildcard_constraints:
     gpu=_alternatives(report_gpus() + [CPU_SLUG]),
-    shard=_alternatives(ATTENTION_SHARDS),
-    check=_alternatives(CHECK_SHARDS),
+    family=_alternatives(FAMILIES),
+    shard=_alternatives([s for shards in [*SHARDS.values(), *MACHINE.values()] for s in shards]),
+    table=_alternatives(TABLES),
+    check=_alternatives(CHECKS),

@@ -1,35 +1,43 @@
-# ---- figures: every figure (and the table behind it) for one GPU type ---------------------------------
+# ---- figures: every figure of a family (and the table behind each) for one GPU type ---------------------
 rule figures:
     input:
-        table=lambda w: table_path(w.gpu),
+        table=lambda w: table_path(w.gpu, FAMILIES[w.family].table),
     output:
         report(
-            update(directory(f"{RESULTS}/report/{{gpu}}")),
+            update(directory(f"{RESULTS}/report/{{gpu}}/{{family}}")),
             patterns=["{name}.png"],
             caption="../../reports/captions/figures.rst",
             category="Figures",
             subcategory="{gpu}",
         ),
     log:
-        f"{RESULTS}/logs/report/{{gpu}}_figures.log",
+        f"{RESULTS}/logs/report/{{gpu}}_{{family}}_figures.log",
     conda:
         "../../envs/analysis.yaml"
     script:
         "../scripts/figures.py"
 
 
-# ---- compare_gpus: the GPU types side by side (only when the report holds several) ---------------------
+# ---- compare_gpus: a family's figures over the GPU types side by side (when the report holds several) -----
 rule compare_gpus:
     input:
-        tables=lambda w: [table_path(g) for g in report_gpus()],
+        tables=lambda w: [
+            table_path(g, FAMILIES[w.family].table)
+            for g in report_gpus()
+            if table_path(g, FAMILIES[w.family].table)
+        ],
     output:
-        update(directory(f"{RESULTS}/report/compare")),
+        update(directory(f"{RESULTS}/report/compare/{{family}}")),
     log:
-        f"{RESULTS}/logs/report/compare_gpus.log",
+        f"{RESULTS}/logs/report/compare_{{family}}.log",
     conda:
         "../../envs/analysis.yaml"
     params:
-        tables=lambda w: {g: table_path(g) for g in report_gpus()},
+        tables=lambda w: {
+            g: table_path(g, FAMILIES[w.family].table)
+            for g in report_gpus()
+            if table_path(g, FAMILIES[w.family].table)
+        },
     script:
         "../scripts/compare_gpus.py"
 
@@ -37,17 +45,14 @@ rule compare_gpus:
 # ---- report: the self-contained HTML report over every GPU type and the interpreter checks ------------
 rule report:
     input:
-        figures=lambda w: [f"{RESULTS}/report/{g}" for g in report_gpus()],
-        tables=lambda w: [table_path(g) for g in report_gpus()],
+        figures=lambda w: [d for g in report_gpus() for d in figure_dirs(g)],
+        tables=lambda w: [p for g in report_gpus() for p in tables_of(g).values()],
         environments=lambda w: [environment_path(g) for g in report_gpus()],
-        checks=lambda w: [checks_path()] if checks_path() else [],
+        checks=[f"{RESULTS}/{CPU_SLUG}/checks.csv"] if CHECKS else [],
         verdicts=f"{RESULTS}/audit/verdicts.csv",
-        traffic_figures=lambda w: [
-            f"{RESULTS}/report/traffic/{g}" for g in traffic_gpus()
+        comparison=lambda w: [
+            f"{RESULTS}/report/compare/{f}" for f in comparison_families()
         ],
-        comparison=lambda w: [comparison_dir()] if comparison_dir() else [],
-        ops_figures=lambda w: [f"{RESULTS}/report/ops/{g}" for g in ops_gpus()],
-        ops_tables=lambda w: [ops_path(g) for g in ops_gpus()],
     output:
         update(config["report"]),
     log:
@@ -59,21 +64,16 @@ rule report:
             dict(
                 slug=g,
                 source=source_text(g),
-                table=table_path(g),
                 environment=environment_path(g),
-                figures_dir=f"{RESULTS}/report/{g}",
-                traffic_figures_dir=(
-                    f"{RESULTS}/report/traffic/{g}" if g in traffic_gpus() else None
-                ),
-                ops_figures_dir=(
-                    f"{RESULTS}/report/ops/{g}" if g in ops_gpus() else None
-                ),
-                ops_table=ops_path(g),
+                tables=tables_of(g),
+                figures=figure_dirs(g),
             )
             for g in report_gpus()
         ],
-        checks=lambda w: checks_path(),
-        comparison=lambda w: comparison_dir(),
+        checks=f"{RESULTS}/{CPU_SLUG}/checks.csv" if CHECKS else None,
+        comparison=lambda w: [
+            f"{RESULTS}/report/compare/{f}" for f in comparison_families()
+        ],
         notices=lambda w: report_notices(),
     script:
         "../scripts/report.py"

@@ -1,0 +1,91 @@
+"""The claims: the registry of what the two source articles assert, and each family's own claims.
+
+``analysis/audit/registry.yaml`` lists every checkable numeric statement of the two source articles (what
+the article asserts, how loosely, under which conditions) under a stable id; a family may bring claims of its
+own sources in ``analysis/families/<family>/claims.yaml`` (same format). Each claim names an *evaluator*: a
+function of a family's ``claims.py`` (``analysis.audit.engine`` runs them), or ``not_built`` for a claim whose
+experiment does not exist yet (then ``needs`` says what would check it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+import yaml
+
+REGISTRY = Path(__file__).resolve().with_name("registry.yaml")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    id: str
+    source: str
+    statement: str
+    asserted: dict
+    wording: str
+    tolerance: float
+    conditions: dict
+    kind: tuple[str, ...]
+    evaluator: str
+    needs: str = ""
+    figure: str = ""
+
+    def asserted_text(self) -> str:
+        a, unit = self.asserted, self.asserted.get("unit", "")
+        if "range" in a:
+            lo, hi = a["range"]
+            return f"{lo:g}–{hi:g} {unit}".strip()
+        if "approx" in a:
+            return f"≈ {a['approx']:g} {unit}".strip()
+        if "at_least" in a:
+            return f"≥ {a['at_least']:g} {unit}".strip()
+        if "at_most" in a:
+            return f"≤ {a['at_most']:g} {unit}".strip()
+        return a.get("text", self.wording)
+
+
+def load_claims(evaluators: Collection[str], extra: Iterable[str | Path] = (),
+                path: str | Path = REGISTRY) -> list[Claim]:  # fmt: skip
+    """The claims of the registry at ``path``, then those of each file of ``extra`` (a family's own
+    ``claims.yaml``, with its own ``sources``), in order. Unknown evaluators (not in ``evaluators``, nor
+    ``not_built``), unknown sources and duplicate ids are errors."""
+    known = set(evaluators) | {"not_built"}
+    claims, seen = [], set()
+    for file in (path, *extra):
+        claims += _read(Path(file), known, seen)
+    return claims
+
+
+def _read(path: Path, evaluators: set[str], seen: set[str]) -> list[Claim]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    sources = data["sources"]
+    claims = []
+    for c in data["claims"]:
+        if c["id"] in seen:
+            raise ValueError(f"duplicate claim id {c['id']!r}")
+        seen.add(c["id"])
+        if c["evaluator"] not in evaluators:
+            raise ValueError(f"claim {c['id']!r} names unknown evaluator {c['evaluator']!r}")
+        if c["evaluator"] == "not_built" and not c.get("needs"):
+            raise ValueError(f"claim {c['id']!r} is not built but does not say what it needs")
+        src = c["source"]
+        if src["article"] not in sources:
+            raise ValueError(f"claim {c['id']!r} cites unknown article {src['article']!r}")
+        claims.append(
+            Claim(
+                id=c["id"],
+                source=f"{src['article']} ({sources[src['article']]['file']}) {src['section']}",
+                statement=c["statement"],
+                asserted=c["asserted"],
+                wording=str(c["wording"]),
+                tolerance=float(c["tolerance"]),
+                conditions=c.get("conditions") or {},
+                kind=tuple(c["kind"]),
+                evaluator=c["evaluator"],
+                needs=c.get("needs", ""),
+                figure=c.get("figure", ""),
+            )
+        )
+    return claims

@@ -1,0 +1,100 @@
+"""Evaluators of the claims about FlashAttention-3 that the attention table measures: the utilisation of the
+H100/H200's tensor cores, and what each of FA-3's techniques buys (the ``fa3-ablation`` rows: the kernel with
+one technique switched off at a time, timed side by side). The claims about TMA's registers and WGMMA's
+instruction issue are the compiled family's (``analysis.families.compiled.claims``)."""
+
+from __future__ import annotations
+
+from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
+from analysis.audit.verdicts import dense_peak, judge_range, on_each_gpu, span
+
+ATTENTION = "attention"  # the table these claims read
+EVALUATORS = Evaluators()
+
+
+@EVALUATORS("fa3_util")
+def fa3_util(claim, ctx):
+    lo, hi = claim.asserted["range"]
+
+    def one(gpu):
+        peak, name = dense_peak(gpu)
+        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa2-setting", mode="fwd", dtype=["float16", "bfloat16"])
+        if rows.empty:
+            raise Untestable("no finished forward rows")
+        best = rows.loc[rows.groupby("impl")["tflops"].idxmax()].set_index("impl")["tflops"]
+        frac = 100 * best / peak
+        judged = "ours-fa3" if "ours-fa3" in best else best.idxmax()
+        others = [f"{impl} {frac[impl]:.0f}%" for impl in ("sdpa-cudnn", "ours-fa2") if impl in frac and impl != judged]
+        ceiling = ctx.table(ATTENTION).ok(gpu, experiment="fp8-speed", impl="bf16-mm")
+        if len(ceiling):
+            gemm = ceiling["tflops"].median()
+            share = 100 * best[judged] / gemm
+            others.append(f"{share:.0f}% of the fp8-speed rows' bf16 GEMM ({gemm:.0f} TFLOP/s, torch.matmul 8192³)")
+        fp8_rows = ctx.table(ATTENTION).ok(gpu, experiment="fp8-speed", impl=["ours-fp8-tensor", "ours-fp8-block"])
+        if len(fp8_rows):
+            fp8_peak, _ = dense_peak(gpu, "fp8")
+            best8 = fp8_rows["tflops"].max()
+            others.append(f"our FP8 kernel {best8:.0f} TFLOP/s = {100 * best8 / fp8_peak:.0f}% of the FP8 peak")
+        what = ("our FlashAttention-3 kernel (Gluon: warp-specialised TMA + WGMMA)" if judged == "ours-fa3" else
+                f"the best 16-bit forward measured ({judged}; our FA-3 kernel has no rows here)")  # fmt: skip
+        return Verdict(
+            judge_range([frac[judged]], lo, hi),
+            f"{frac[judged]:.0f}% of peak ({judged}, {best[judged]:.0f} TFLOP/s); " + "; ".join(others),
+            f"judged: {what}, its best forward point in the FA-2 setting on {name} ({peak:g} TFLOP/s dense), "
+            "the claim's H100 figure in its hardware-independent form (the H200 has the H100's tensor cores)",
+            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, mode=fwd",
+            gpu=gpu,
+            unit="% of peak",
+        )
+
+    return on_each_gpu(ctx.table(ATTENTION), one, "forward rows")
+
+ABLATED = {
+    "ours-fa3-no-warp-specialize": "warp specialisation",
+    "ours-fa3-no-pingpong": "ping-pong",
+    "ours-fa3-no-overlap": "intra-warpgroup overlap",
+    "ours-fa3-no-tma": "TMA",
+}
+
+
+@EVALUATORS("fa3_techniques")
+def fa3_techniques(claim: Claim, ctx: Context) -> list[Verdict]:
+    """What each FA-3 technique buys: the full schedule against the same kernel with it switched off."""
+    least = claim.asserted["at_least"]
+
+    def one(gpu):
+        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa3-ablation")
+        keys = ["dtype", "head_dim", "causal", "seqlen_q", "batch", "heads"]
+        full = rows[rows["impl"] == "ours-fa3"][keys + ["ms_median"]]
+        if full.empty:
+            raise Untestable("no finished fa3-ablation rows of the full FA-3 schedule")
+        costs, d128 = {}, {}
+        for impl, name in ABLATED.items():
+            pair = rows[rows["impl"] == impl][keys + ["ms_median"]].merge(full, on=keys, suffixes=("", "_full"))
+            if pair.empty:
+                continue
+            cost = 100 * (pair["ms_median"] / pair["ms_median_full"] - 1)
+            costs[name] = cost
+            at128 = cost[pair["head_dim"] == 128]
+            if len(at128):
+                d128[name] = float(at128.median())
+        if not d128:
+            raise Untestable("no technique's variant finished beside the full schedule at head dim 128")
+        paying = [n for n, c in d128.items() if c >= least]
+        verdict = "holds" if len(paying) == len(d128) else "partly" if paying else "fails"
+        observed = "switched off, at d=128: " + ", ".join(f"{n} {c:+.0f}%" for n, c in d128.items())
+        if len(rows[rows["impl"] == "ours-fa3"]) > 1:  # more points than d=128's: every point's range too
+            spans = "; ".join(f"{n} {span(c.tolist(), '+.0f', '%')}" for n, c in costs.items())
+            observed += f" (all points: {spans})"
+        return Verdict(
+            verdict,
+            observed,
+            f"time of the FA-3 kernel with one technique off over the full schedule's, same run and point; a "
+            f"technique pays when switching it off costs at least {least:g}% at head dim 128; "
+            f"{len(paying)} of {len(d128)} do",
+            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa3-ablation",
+            gpu=gpu,
+            unit="%",
+        )
+
+    return on_each_gpu(ctx.table(ATTENTION), one, "the FA-3 ablation")

@@ -1,0 +1,7 @@
+"""The compiled family: registers, spills and SASS instruction counts of kernel variants (FA-3's schedules,
+FA-2 for sm_90 and sm_80), compiled on the CPU; GPU-independent."""
+
+from analysis.core.family import Family
+from analysis.families.compiled import plan
+
+FAMILY = Family(name="compiled", plan=plan, title="Compiled kernels", scope="machine")

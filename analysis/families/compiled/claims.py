@@ -1,0 +1,131 @@
+"""Evaluators of the claims about FlashAttention-3's Hopper techniques that compiled kernels decide: TMA's
+registers, WGMMA's instruction issue, TMA's issue slots; from the compiled-kernel table (registers, spills and
+SASS instruction counts, the same on every machine, so these verdicts carry ``gpu = "-"``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.audit import ANALYTIC, Claim, Context, Evaluators, Untestable, Verdict
+from analysis.audit.verdicts import span
+
+COMPILED = "compiled"  # the table these claims read
+EVALUATORS = Evaluators()
+
+
+def _compiled(ctx: Context, experiment: str) -> pd.DataFrame:
+    """The compiled-kernel rows of one experiment that compiled; untestable (with the reason) without any."""
+    table = ctx.table(COMPILED).frames.get(ANALYTIC)
+    if table is None:
+        raise Untestable(
+            "no compiled-kernel table: the compiled family (config section `compiled`) compiles the "
+            "kernel variants on the CPU; it is switched off or has not run"
+        )
+    rows = table[(table["experiment"] == experiment) & (table["status"] == "ok")]
+    if rows.empty:
+        raise Untestable(f"the compiled-kernel table holds no compiled {experiment!r} variant")
+    return rows
+
+
+def _producer_budget(setmaxnreg: str) -> int:
+    """The producer warpgroup's registers per thread: the smallest ``setmaxnreg`` value of the kernel (the
+    requested budget is rounded so that both consumers get a multiple of 8)."""
+    return min(int(x) for x in str(setmaxnreg).split("/"))
+
+
+@EVALUATORS("tma_registers")
+def tma_registers(claim: Claim, ctx: Context) -> list[Verdict]:
+    """Registers per producer thread that loading the K/V ring needs, with TMA and with per-thread copies:
+    between the largest budget at which the producer's load loop still spills and the smallest at which it
+    does not (``setmaxnreg`` budgets; the consumers get the rest)."""
+    lo, hi = claim.asserted["range"]
+    rows = _compiled(ctx, "producer-registers")
+    rows = rows.assign(budget=rows["setmaxnreg"].map(_producer_budget))
+    need = {}
+    for variant in ("fa3", "no-tma"):
+        r = rows[rows["variant"] == variant]
+        clean, spilled = r[r["load_loop_spills"] == 0]["budget"], r[r["load_loop_spills"] > 0]["budget"]
+        if clean.empty:
+            raise Untestable(f"the {variant} producer spilled at every budget tried (up to {r['budget'].max()})")
+        floor = spilled[spilled < clean.min()].max() if len(spilled) else float("nan")
+        need[variant] = (floor + 1 if floor == floor else None, int(clean.min()))
+    tma_low, tma = need["fa3"]
+    cp_low, cp = need["no-tma"]
+    if cp_low is None:
+        raise Untestable(f"the per-thread-copy producer did not spill even at {cp} registers: no lower bound")
+    saved = (cp_low - tma, cp - tma)  # TMA's producer runs spill-free at its smallest budget tried
+    inside, overlapping = lo <= saved[0] and saved[1] <= hi, saved[0] <= hi and saved[1] >= lo
+    verdict = "holds" if inside else "partly" if overlapping else "fails"
+    budgets = ", ".join(str(b) for b in sorted(rows["budget"].unique()))
+    return [
+        Verdict(
+            verdict,
+            f"{saved[0]:.0f}–{saved[1]:.0f} registers per thread (TMA producer: no spill at {tma}; per-thread "
+            f"cp.async producer: spills at {cp_low - 1:.0f}, none at {cp})",
+            "FA-3's producer warpgroup compiled for sm_90 at the register budgets "
+            f"{budgets} (setmaxnreg; the two consumers get the rest); the need lies between the largest budget at "
+            "which the producer's load loop spills to local memory and the smallest at which it does not",
+            f"{ctx.table(COMPILED).paths[ANALYTIC]}: experiment=producer-registers",
+            gpu=ANALYTIC,
+            unit="registers",
+        )
+    ]
+
+
+@EVALUATORS("wgmma_issue")
+def wgmma_issue(claim: Claim, ctx: Context) -> list[Verdict]:
+    """MMA instructions a warp issues per K/V tile of our FA-2 kernel, compiled for sm_80 (mma.sync) and for
+    sm_90 (wgmma), same tile."""
+    target, tol = claim.asserted["approx"], claim.tolerance
+    rows = _compiled(ctx, "mma-issue").set_index("target")
+    if not {"sm_80", "sm_90"} <= set(rows.index):
+        raise Untestable("the compiled-kernel table lacks the sm_80 or the sm_90 build of the FA-2 kernel")
+    old, new = rows.loc["sm_80", "loop_mma"], rows.loc["sm_90", "loop_mma"]
+    ratio = float(old / new)
+    close = abs(ratio - target) <= tol * target
+    verdict = "holds" if close else "partly" if ratio > 1 else "fails"
+    tile = f"{int(rows.loc['sm_90', 'tile_m'])}×{int(rows.loc['sm_90', 'tile_n'])}"
+    return [
+        Verdict(
+            verdict,
+            f"{ratio:.0f}× fewer ({old:.0f} mma.sync against {new:.0f} wgmma per warp per {tile} K/V tile, "
+            f"d={int(rows.loc['sm_90', 'head_dim'])})",
+            "the same Triton FA-2 source compiled for sm_80 and for sm_90, instructions counted in the SASS of the "
+            "hot loop. Each warp's wgmma covers a 64-row warpgroup tile 16 deep, each mma.sync 16×8×16: fewer "
+            "instructions than claimed, " + ("as claimed" if close else "so the direction holds, not the factor"),
+            f"{ctx.table(COMPILED).paths[ANALYTIC]}: experiment=mma-issue",
+            gpu=ANALYTIC,
+            unit="×",
+        )
+    ]
+
+
+@EVALUATORS("tma_issue_slots")
+def tma_issue_slots(claim: Claim, ctx: Context) -> list[Verdict]:
+    """Per K/V tile, the instructions the producer's warps issue, TMA against per-thread cp.async."""
+    rows = _compiled(ctx, "fa3-schedules")
+    rows = rows[rows["variant"].isin(["fa3", "no-tma"])].set_index(["head_dim", "variant"])
+    found = []
+    for d in sorted({h for h, _ in rows.index}):
+        if (d, "fa3") in rows.index and (d, "no-tma") in rows.index:
+            tma, cp = rows.loc[(d, "fa3")], rows.loc[(d, "no-tma")]
+            found.append((d, tma["load_loop_instructions"], cp["load_loop_instructions"], tma["load_loop_tma"],
+                          cp["load_loop_thread_loads"]))  # fmt: skip
+    if not found:
+        raise Untestable("the compiled-kernel table lacks the TMA or the cp.async variant of the FA-3 kernel")
+    ratios = [cp / tma for _, tma, cp, _, _ in found]
+    d, tma_i, cp_i, tma_loads, cp_loads = found[0]
+    return [
+        Verdict(
+            "holds" if min(ratios) > 1 else "fails",
+            f"{span(ratios)} more instructions per K/V tile with cp.async (d={d}: {cp_i:.0f} per warp, "
+            f"{cp_loads:.0f} of them copies of 16 bytes per thread, against {tma_i:.0f} per warp with "
+            f"{tma_loads:.0f} TMA copies issued by one thread)",
+            "the producer's load loop of FA-3 with TMA and with per-thread copies (same tiles, same ring), "
+            "from the SASS; the claim's other half, that the copy engine computes the addresses, is what the "
+            "register and instruction counts show",
+            f"{ctx.table(COMPILED).paths[ANALYTIC]}: experiment=fa3-schedules, variant=fa3,no-tma",
+            gpu=ANALYTIC,
+            unit="×",
+        )
+    ]

@@ -1,0 +1,13 @@
+"""The FP8 family: FP8 attention in the FlashAttention-3 manner (``kernels/attention/fp8.py``), its speed and
+what it costs in accuracy; its rows go to the attention table."""
+
+from analysis.core.family import Family
+from analysis.families.fp8 import plan
+
+FAMILY = Family(
+    name="fp8",
+    plan=plan,
+    title="FP8 attention",
+    table="attention",
+    sections=(("fp8-speed", "FP8 attention: speed"), ("fp8-accuracy", "FP8 attention: accuracy")),
+)

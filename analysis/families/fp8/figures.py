@@ -1,0 +1,132 @@
+"""Figures of FP8 attention: its speed against the 16-bit kernels and this run's GEMM ceilings, and its accuracy.
+
+Same contract as every figure (``analysis.core.plotting``), drawn from the FP8 rows of the attention table with
+the attention family's helpers (``analysis.families.attention.plots``).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from analysis.core.family import Figure
+from analysis.core.plotting import DTYPE_ORDER, OURS, fmt_n, impl_order, line_style, log2_x, require, theme
+from analysis.families.attention.plots import (
+    ID,
+    failed,
+    missing_note,
+    ok_timed,
+    pair,
+    prepare,
+    save_with_note,
+    tidy,
+    title,
+    with_failed,
+)
+
+CEILINGS = {"fp8-mm": "FP8 GEMM ceiling", "bf16-mm": "bf16 GEMM ceiling"}
+
+
+def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """Forward TFLOP/s against N of our FP8 kernel, our bf16 FA-2 and SDPA (experiment ``fp8-speed``), one
+    panel per (head_dim, mask), with this run's FP8 and bf16 GEMM ceilings (median over the shard's
+    points) as horizontal lines; the returned table adds each row's speed-up over ours-fa2."""
+    d = prepare(df, "fp8-speed")
+    ok = ok_timed(d).dropna(subset=["tflops"])
+    require(ok, "no ok timed rows of 'fp8-speed'")
+    curves = ok[~ok["impl"].isin(list(CEILINGS))]
+    ceil = ok[ok["impl"].isin(list(CEILINGS))]
+    require(curves, "no ok timed attention rows of 'fp8-speed'")
+    panels = sorted(curves["panel"].unique())
+    order = impl_order(curves["impl"].unique())
+    with theme():
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 1, 3.8), squeeze=False, sharey=True)
+        for ax, panel in zip(axes[0], panels, strict=True):
+            here = curves[curves["panel"] == panel]
+            for impl in order:
+                r = here[here["impl"] == impl].sort_values("seqlen_q")
+                if len(r):
+                    ax.plot(r["seqlen_q"], r["tflops"], label=impl, **line_style(impl, order))
+            for impl, text in CEILINGS.items():
+                c = ceil[(ceil["panel"] == panel) & (ceil["impl"] == impl)]["tflops"]
+                if len(c):
+                    ax.axhline(c.median(), color="0.35", ls="--" if impl == "fp8-mm" else ":", lw=1)
+                    ax.text(here["seqlen_q"].min(), c.median(), f" {text} {c.median():.0f}", va="bottom",
+                            fontsize=7.5, color="0.3")  # fmt: skip
+            log2_x(ax, here["seqlen_q"].unique())
+            ax.set_title(panel, fontsize=9.5)
+            ax.set_xlabel("sequence length N")
+        axes[0, 0].set_ylabel("forward TFLOP/s")
+        axes[0, 0].set_ylim(bottom=0)
+        axes[0, -1].legend(fontsize=7.5, loc="lower right")
+        fig.suptitle(title(d, "FP8 attention forward (inputs quantised before timing)"), fontweight="bold")
+        fig.tight_layout()
+        save_with_note(fig, out_png, missing_note(failed(d)))
+    keys = ["dtype", "head_dim", "causal", "batch", "heads", "seqlen_q", "seqlen_k"]
+    paired = pair(curves, keys, OURS)  # every attention row beside ours-fa2's time at its point
+    paired["speedup_vs_fa2"] = paired["ms_median_ref"] / paired["ms_median"]
+    table = pd.concat([paired, ok[ok["impl"] == OURS].assign(speedup_vs_fa2=1.0), ceil], ignore_index=True)
+    cols = ID + ["ms_median", "tflops", "speedup_vs_fa2", "kernel_config"]
+    return tidy(with_failed(table, failed(d), [c for c in cols if c in table.columns]))
+
+
+FP8_ACCURACY_ORDER = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-tensor-rot", "ours-fp8-head",
+                      "ours-fp8-head-rot", "ours-fp8-block", "ours-fp8-block-rot", "ours-fp8-block-p1"]  # fmt: skip
+
+
+def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
+    """RMS error against float64 of the same inputs (experiment ``fp8-accuracy``): one panel per input
+    distribution, bars per implementation and input dtype at the largest N, log scale; below, the share
+    of P that e4m3 flushes to zero against N, with and without P's scale."""
+    d = prepare(df, "fp8-accuracy")
+    d["inputs"] = d["inputs"].fillna("normal").astype(str)
+    for c in ("rms_err", "max_abs_err", "p_underflow", "p_mass_lost"):
+        d[c] = pd.to_numeric(d[c], errors="coerce")
+    ok = d[d["status"] == "ok"].dropna(subset=["rms_err"])
+    require(ok, "no ok rows of 'fp8-accuracy'")
+    inputs = [i for i in ("normal", "outliers", "large", "small") if i in set(ok["inputs"])]
+    largest = ok["seqlen_q"].max()
+    at_n = ok[ok["seqlen_q"] == largest]
+    order = [i for i in FP8_ACCURACY_ORDER if i in set(at_n["impl"])] + sorted(
+        set(at_n["impl"]) - set(FP8_ACCURACY_ORDER)
+    )
+    dtypes = [t for t in DTYPE_ORDER if t in set(at_n["dtype"])]
+    with theme():
+        fig, axes = plt.subplots(2, len(inputs), figsize=(4.6 * len(inputs) + 1, 7.2), squeeze=False)
+        for j, kind in enumerate(inputs):
+            ax = axes[0, j]
+            here = at_n[at_n["inputs"] == kind]
+            sns.barplot(data=here, x="impl", y="rms_err", hue="dtype", order=order, hue_order=dtypes, ax=ax,
+                        palette="muted")  # fmt: skip
+            ax.set_yscale("log")
+            ax.set_title(f"inputs: {kind}, N={fmt_n(largest)}", fontsize=9.5)
+            ax.set_xlabel("")
+            ax.set_ylabel("RMS error vs float64" if j == 0 else "")
+            ax.tick_params(axis="x", rotation=40, labelsize=7.5)
+            for lab in ax.get_xticklabels():
+                lab.set_ha("right")
+            if j:
+                ax.get_legend().remove()
+            ax2 = axes[1, j]
+            under = ok[(ok["inputs"] == kind) & ok["p_underflow"].notna()]
+            for impl in [i for i in order if i in set(under["impl"])]:
+                r = under[under["impl"] == impl].groupby("seqlen_q")["p_underflow"].mean().sort_index()
+                ax2.plot(r.index, 100 * r.values, marker="o", label=impl)
+            if len(under):
+                log2_x(ax2, under["seqlen_q"].unique())
+                ax2.legend(fontsize=7)
+            ax2.set_xlabel("sequence length N")
+            ax2.set_ylabel("% of P flushed to 0 by e4m3" if j == 0 else "")
+        fig.suptitle(title(d, "FP8 attention accuracy"), fontweight="bold")
+        fig.tight_layout()
+        save_with_note(fig, out_png, missing_note(failed(d)))
+    cols = ID + ["inputs", "rms_err", "max_abs_err", "p_underflow", "p_mass_lost", "kernel_config"]
+    return tidy(with_failed(ok, failed(d), [c for c in cols if c in ok.columns]), extra_sort=["inputs"])
+
+
+# name -> figure (caption: captions/<name>.rst; section: the report section)
+FIGURES = {
+    "fp8_speed": Figure(fp8_speed, "fp8-speed"),
+    "fp8_accuracy": Figure(fp8_accuracy, "fp8-accuracy"),
+}

@@ -1,0 +1,91 @@
+"""The FP8 family's plan: its two experiments on the attention family's points, their shards, their cost.
+
+Torch-free, like every plan. FP8 attention (``kernels/attention/fp8.py``) is measured on the same [B, H, N, d]
+points as the attention family, so its spec is the attention ``Spec`` with this family's vocabulary
+(``Fp8Spec``) and its rows go to the attention table:
+
+- ``fp8-speed``: our FP8 forward against our bf16 FA-2 and SDPA on the same inputs, FA-2 setting shapes
+  (batch × N = ``tokens``, heads = ``hidden`` / d), with this run's GEMM ceilings at every point; one shard
+  per (head_dim, causal) of ``fp8.speed``.
+- ``fp8-accuracy``: nothing timed; the error of every implementation against float64 per input distribution
+  (``INPUTS``); one shard per (inputs, dtype) of ``fp8.accuracy``.
+
+Implementation names ``ours-fp8-<granularity>[-rot][-p1]``: the scales' granularity (``none``: cast without
+scaling), ``-rot`` incoherent processing (Q and K rotated before quantising), ``-p1`` P cast to e4m3 without
+its scale of 256. ``fp8-mm`` / ``bf16-mm``: this run's GEMM ceilings (``torch._scaled_mm`` in e4m3,
+``torch.matmul`` in bf16, 8192³), measured once per ``fp8-speed`` point.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from analysis.families.attention import plan as attention
+
+FP8_GRANULARITIES = ("none", "tensor", "head", "block")
+FP8_IMPLS = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
+CEILING_IMPLS = ("fp8-mm", "bf16-mm")
+EXPERIMENT_IMPLS = {
+    "fp8-speed": FP8_IMPLS + attention.DENSE_IMPLS + CEILING_IMPLS,
+    "fp8-accuracy": FP8_IMPLS + attention.DENSE_IMPLS,
+}
+EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
+# The input distributions of fp8-accuracy: N(0,1); FlashAttention-3's outlier setting, N(0,1) plus N(0,100)
+# on a 0.1% Bernoulli mask; large, V times 1000 (past e4m3's ±448 without scales); small, Q, K, V times
+# 1/1000 (below e4m3's smallest normal, 2⁻⁶, without scales).
+INPUTS = ("normal", "outliers", "large", "small")
+
+
+class Fp8Spec(attention.Spec):
+    """One shard of the FP8 experiments: the attention ``Spec`` with this family's vocabulary."""
+
+    EXPERIMENT_IMPLS: ClassVar[dict[str, tuple[str, ...]]] = EXPERIMENT_IMPLS
+    FORWARD_ONLY: ClassVar[tuple[str, ...]] = EXPERIMENTS
+    INPUTS: ClassVar[tuple[str, ...]] = INPUTS
+    INPUT_EXPERIMENTS: ClassVar[tuple[str, ...]] = ("fp8-accuracy",)
+    HIDDEN_SHAPED: ClassVar[tuple[str, ...]] = ("fp8-speed",)
+    TOKEN_SHAPED: ClassVar[tuple[str, ...]] = ()
+
+
+def spec(fields: dict) -> Fp8Spec:
+    return Fp8Spec(**fields)
+
+
+def shards(config: dict) -> dict[str, dict]:
+    """Shard name → Fp8Spec fields for every GPU benchmark job of the ``fp8`` config section."""
+    f8 = config["fp8"]
+    out: dict[str, dict] = {}
+    speed = f8["speed"]
+    if speed["enabled"]:
+        for d in speed["head_dims"]:
+            for causal in speed["causal"]:
+                name = attention.shard_name("fp8-speed", speed["dtype"], d, causal)
+                fields = dict(experiment="fp8-speed", dtype=speed["dtype"], head_dim=d, causal=causal,
+                              seqlens=speed["seqlens"], impls=speed["impls"], tokens=speed["tokens"],
+                              hidden=speed["hidden"], warmup_ms=speed["warmup_ms"], rep_ms=speed["rep_ms"],
+                              check_rows=speed["check_rows"])  # fmt: skip
+                out[name] = attention.checked("fp8.speed", name, fields, Fp8Spec)
+    acc = f8["accuracy"]
+    if acc["enabled"]:  # nothing is timed: no warm-up, no repetitions
+        for inputs in acc["inputs"]:
+            for dtype in acc["dtypes"]:
+                name = attention.shard_name("fp8-accuracy", dtype, acc["head_dim"], acc["causal"], extra=f"_{inputs}")
+                fields = dict(experiment="fp8-accuracy", dtype=dtype, head_dim=acc["head_dim"], causal=acc["causal"],
+                              seqlens=acc["seqlens"], impls=acc["impls"], batch=acc["batch"], heads=acc["heads"],
+                              inputs=inputs, warmup_ms=0, rep_ms=0, check_rows=acc["check_rows"])  # fmt: skip
+                out[name] = attention.checked("fp8.accuracy", name, fields, Fp8Spec)
+    return out
+
+
+# the attention family's cost model, with the nominal rate of our FP8 kernel
+NOMINAL_TFLOPS = {**attention.NOMINAL_TFLOPS, **{f"ours-fp8-{g}": 600 for g in FP8_GRANULARITIES}}
+COMPILE_S = attention.COMPILE_S
+
+
+def estimate_seconds(fields: dict) -> float:
+    """Planned seconds of one shard on an H200 (an estimate: see ``analysis.families.attention.plan``)."""
+    return attention.seconds_of(spec(fields), NOMINAL_TFLOPS)
+
+
+def compile_keys(fields: dict) -> set[tuple]:
+    return attention.keys_of(spec(fields))

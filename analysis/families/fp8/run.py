@@ -1,0 +1,275 @@
+"""FP8 attention experiments: the speed of the FP8 kernel and what FP8 costs in accuracy.
+
+The FP8 family's two experiments (``analysis.families.fp8.plan``), on the attention family's points and with
+its measuring parts (``analysis.families.attention.measure``) for the 16-bit implementations:
+
+- ``fp8-speed``: forward TFLOP/s of our FP8 kernel (``ours-fp8-tensor``, ``ours-fp8-block``; inputs
+  quantised before timing, as FlashAttention-3 reports its kernel) against our bf16 FA-2 and SDPA's
+  backends on the same bf16 inputs, in the FA-2 setting's shapes (batch × N = ``tokens``, heads = hidden /
+  d), and this run's GEMM ceilings at every point: ``fp8-mm`` (``torch._scaled_mm``, e4m3 in, bf16 out)
+  and ``bf16-mm`` (``torch.matmul``), both 8192 × 8192 × 8192 (their rows keep the point's shape columns;
+  the message names the GEMM). Our FP8 rows are gated against float64 attention of the dequantised inputs,
+  bounded by a float64 replica of P's e4m3 rounding on the same rows
+  (``reference.p_rounded_attention_rows``); the others by the attention grid's usual gate.
+- ``fp8-accuracy``: nothing timed; for each input distribution (``inputs``: ``normal``, N(0, 1);
+  ``outliers``, FlashAttention-3's setting, N(0, 1) plus N(0, 100) on a 0.1 % Bernoulli mask, for Q, K
+  and V; ``large``, V × 1000, past e4m3's ±448; ``small``, Q, K, V × 1/1000, below its smallest normal),
+  the error of every implementation against float64 attention of the very same (un-quantised) inputs on
+  ``check_rows`` sampled query rows of every head: ``rms_err`` and ``max_abs_err``, no gate (the error
+  is the measurement). Our FP8 rows also get ``p_underflow``, the fraction of the visible entries of
+  P = exp(S − rowmax) that e4m3 flushes to zero after P's scale (below half the smallest subnormal,
+  2⁻¹⁰), and ``p_mass_lost``, their share of the row sums; computed in float64 on the sampled rows with
+  the final row maximum, an upper bound on the kernel's (whose running maximum is never above the final
+  one, so its P entries are never smaller).
+
+Implementation names ``ours-fp8-<granularity>[-rot][-p1]``: the scales' granularity (``none``: cast
+without scaling, saturating), ``-rot`` incoherent processing (Q and K times one random Hadamard-based
+orthogonal matrix before quantising), ``-p1`` P cast to e4m3 without its scale of 256.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from analysis.core import harness
+from analysis.core.flops import attention_flops, gemm_flops, tflops
+from analysis.core.points import DTYPES, generator, sample_rows, short
+from analysis.families.attention import measure as att
+from analysis.families.fp8.plan import FP8_GRANULARITIES, Fp8Spec
+from kernels import tolerance
+from kernels.attention import reference
+
+# an FP8 row's metrics: an attention row's and, for fp8-accuracy, how much of P e4m3 flushes to zero
+METRICS = att.METRICS + ("p_underflow", "p_mass_lost")
+CEILING_N = 8192  # the ceiling GEMMs are CEILING_N³
+_GEMM_REL_BOUND = 2.0**-7  # the ceiling GEMMs' gate: about the bf16 output's rounding; a wrong GEMM is far beyond
+OUTLIER_RATE = 1e-3  # FlashAttention-3's outlier features: a 0.1 % Bernoulli mask ...
+OUTLIER_STD = 10.0  # ... of N(0, 100)
+LARGE_V = 1000.0  # large: V × 1000, past e4m3's ±448 (Q and K stay N(0, 1): a well-conditioned softmax)
+SMALL = 1e-3  # small: Q, K, V × 1/1000, mostly below e4m3's smallest normal 2⁻⁶ (the softmax is near uniform)
+
+
+def parse_impl(name: str) -> tuple[str, bool, float]:
+    """``ours-fp8-<granularity>[-rot][-p1]`` → (granularity, rotate, p_scale)."""
+    from kernels.attention import fp8
+
+    rest = name.removeprefix("ours-fp8-")
+    p_scale = fp8.P_SCALE
+    if rest.endswith("-p1"):
+        rest, p_scale = rest.removesuffix("-p1"), 1.0
+    rotate = rest.endswith("-rot")
+    rest = rest.removesuffix("-rot")
+    if not name.startswith("ours-fp8-") or rest not in FP8_GRANULARITIES:
+        raise ValueError(f"not an FP8 implementation name: {name!r}")
+    return rest, rotate, p_scale
+
+
+def make_inputs(kind: str, shapes, dtype: torch.dtype, device, gen: torch.Generator) -> list[torch.Tensor]:
+    """Q, K, V of the given shapes drawn from the ``kind`` distribution (module docstring), in ``dtype``."""
+    out = []
+    for shape in shapes:
+        x = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
+        if kind == "outliers":
+            mask = torch.rand(shape, generator=gen, device=device) < OUTLIER_RATE
+            x = x + mask * torch.randn(shape, generator=gen, dtype=torch.float32, device=device) * OUTLIER_STD
+        elif kind == "large" and len(out) == 2:  # V only
+            x = x * LARGE_V
+        elif kind == "small":
+            x = x * SMALL
+        elif kind not in ("normal", "large"):
+            raise ValueError(f"unknown inputs {kind!r}")
+        out.append(x.to(dtype))
+    return out
+
+
+class Quantised:
+    """One FP8 implementation's quantised inputs and its kernel call (quantisation done once, untimed)."""
+
+    def __init__(self, name: str, q, k, v, causal: bool):
+        from kernels.attention import fp8
+
+        self.granularity, self.rotate, self.p_scale = parse_impl(name)
+        self.causal = causal
+        self.cfg = fp8.config_in_effect(q.shape[-1])
+        self.tensors = fp8.quantize_qkv(q, k, v, self.granularity, self.cfg, rotate=self.rotate)
+        self.out_dtype = q.dtype
+
+    def __call__(self) -> torch.Tensor:
+        from kernels.attention import fp8
+
+        q8, k8, v8, qs, ks, vs = self.tensors
+        return fp8.forward_quantized(
+            q8, k8, v8, qs, ks, vs, self.causal, q_block=self.cfg.block_m, kv_block=self.cfg.block_n,
+            out_dtype=self.out_dtype, config=self.cfg, check_scale_values=False, p_scale=self.p_scale,
+        )  # fmt: skip
+
+    def dequantised(self, batch: slice = slice(0, 1)) -> tuple[torch.Tensor, ...]:
+        """Q, K, V as the kernel sees them (rotated Q, K where rotated), float32, for ``batch``."""
+        from kernels.attention import fp8
+
+        q8, k8, v8, qs, ks, vs = self.tensors
+        blocks = (self.cfg.block_m, self.cfg.block_n, self.cfg.block_n)
+        return tuple(
+            fp8.dequantize(t[batch], s[batch] if s.dim() else s, b)
+            for t, s, b in zip((q8, k8, v8), (qs, ks, vs), blocks, strict=True)
+        )
+
+    def config_text(self) -> str:
+        rot = ", rotated" if self.rotate else ""
+        return f"{self.cfg}, granularity={self.granularity}{rot}, p_scale={self.p_scale:g}"
+
+
+def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dict:
+    return att.make_row(base, impl, status, message, METRICS, **metrics)
+
+
+def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], files=None) -> list[dict]:
+    """Measure every point of an ``fp8-speed`` or ``fp8-accuracy`` shard (rows of the attention table; ``files``
+    is not used)."""
+    from analysis.core.provenance import row_provenance
+
+    timed = spec.experiment == "fp8-speed" and device != "cpu"
+    dtype = DTYPES[spec.dtype]
+    prov = row_provenance(env)
+    progress = harness.Progress(spec.points(), log_line)
+    gen = generator(device, spec.seed)
+    rows: list[dict] = []
+    for i in range(len(spec.seqlens)):
+        b, h, nq, nk = spec.shape(i)
+        hk = spec.kv_heads(h)
+        base = att.base_row(spec, prov, timed, "fp8", batch=b, heads=h, heads_kv=hk, seqlen_q=nq, seqlen_k=nk)
+        text = f"B={b} H={h} N={nq} d={spec.head_dim} causal={spec.causal} {spec.dtype} inputs={spec.inputs}"
+        try:
+            q, k, v = make_inputs(spec.inputs, [(b, h, nq, spec.head_dim), (b, hk, nk, spec.head_dim),
+                                                (b, hk, nk, spec.head_dim)], dtype, device, gen)  # fmt: skip
+            sample = sample_rows(nq, spec.check_rows).to(device)
+            ref = reference.reference_attention(q[:1], k[:1], v[:1], spec.causal, rows=sample)
+        except Exception as exc:
+            status, message = harness.classify(exc)
+            for impl in spec.impls:
+                rows.append(make_row(base, impl, status, f"inputs/reference: {message}"))
+                progress.step(f"{impl} {text}", status)
+            harness.release_memory()
+            continue
+        point = None  # the attention grid's point (same-precision reference) for the 16-bit impls, built once
+        for impl in spec.impls:
+            if spec.experiment == "fp8-accuracy":
+                row = _accuracy(spec, impl, q, k, v, sample, ref, base)
+            elif impl in ("fp8-mm", "bf16-mm"):
+                row = _ceiling(spec, impl, base, device, timed)
+            elif impl.startswith("ours-fp8-"):
+                row = _speed_fp8(spec, impl, q, k, v, sample, base, timed)
+            else:
+                if point is None:  # kv (copy-kv's tensor) is not needed: no copy-kv here
+                    same = reference.naive_attention_rows(q[:1], k[:1], v[:1], sample, spec.causal)
+                    point = att.Point(q, k, v, None, sample, ref, same)
+                row = att.measure(spec, impl, None, point, base, timed)
+            rows.append(row)
+            done = row["status"] == "ok" and math.isfinite(row["tflops"])
+            extra = f" {row['tflops']:.1f} TFLOP/s" if done else ""
+            extra += f" rms {row['rms_err']:.2e}" if spec.experiment == "fp8-accuracy" else ""
+            progress.step(f"{impl} {text}", row["status"] + extra + short(row["message"]))
+        del q, k, v, point
+        harness.release_memory()
+    return rows
+
+
+def _speed_fp8(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: bool) -> dict:
+    metrics: dict = {}
+    try:
+        call = Quantised(impl, q, k, v, spec.causal)
+        metrics["kernel_config"] = call.config_text()
+        out = call()
+        qd, kd, vd = call.dequantised()
+        exact = reference.reference_attention(qd, kd, vd, spec.causal, rows=sample)
+        same = reference.p_rounded_attention_rows(qd, kd, vd, sample, spec.causal, p_scale=call.p_scale)
+        check = tolerance.check(f"{impl} output", out[:1].index_select(2, sample), exact, same, out.dtype)
+        del out, qd, kd, vd
+        metrics.update(max_abs_err=check.max_abs, rms_err=check.rms, ref_err=check.ref_err, err_bound=check.bound)
+        if not check.ok:
+            return make_row(base, impl, "mismatch", check.describe(), **metrics)
+        note = "inputs quantised before timing (the kernel alone); error against float64 of the dequantised inputs"
+        if not timed:
+            return make_row(base, impl, "ok", note, **metrics)
+        metrics.update(att.time_call(call, spec))
+        flops = attention_flops(base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim,
+                                spec.causal, "fwd")  # fmt: skip
+        metrics["tflops"] = tflops(flops, metrics["ms_median"])
+        return make_row(base, impl, "ok", note, **metrics)
+    except Exception as exc:
+        status, message = harness.classify(exc)
+        harness.release_memory()
+        return make_row(base, impl, status, message, **metrics)
+
+
+def _ceiling(spec: Fp8Spec, impl: str, base: dict, device, timed: bool) -> dict:
+    """One GEMM of CEILING_N³: the FP8 (``torch._scaled_mm``) or bf16 (``torch.matmul``) tensor-core rate."""
+    n = CEILING_N if device != "cpu" else 64
+    what = "torch._scaled_mm e4m3 × e4m3 → bf16" if impl == "fp8-mm" else "torch.matmul bf16"
+    message = f"{what}, {n}×{n}×{n}: this run's GEMM ceiling (the shape columns are the point's)"
+    metrics: dict = {}
+    try:
+        if impl == "fp8-mm" and device != "cpu":  # no FP8 tensor cores: TypeError, an unsupported row
+            from kernels.attention.fp8 import require_fp8_tensor_cores
+
+            require_fp8_tensor_cores(torch.cuda.get_device_capability(device), str(device))
+        gen = torch.Generator(device=device).manual_seed(1)
+        a = torch.randn((n, n), generator=gen, device=device)
+        b = torch.randn((n, n), generator=gen, device=device)
+        if impl == "fp8-mm":
+            a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t().contiguous().t()  # B column-major
+            one = torch.ones((), device=device)
+
+            def call():
+                return torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16)
+
+            exact = a8[:64].double() @ b8.double()
+        else:
+            a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
+
+            def call():
+                return a16 @ b16
+
+            exact = a16[:64].double() @ b16.double()
+        got = call()[:64].double()
+        rel = ((got - exact).norm() / exact.norm()).item()
+        metrics.update(rms_err=rel, err_bound=_GEMM_REL_BOUND)
+        if not rel <= _GEMM_REL_BOUND:
+            return make_row(base, impl, "mismatch", f"{message}; relative error {rel:.2e}", **metrics)
+        if not timed:
+            return make_row(base, impl, "ok", message, **metrics)
+        metrics.update(att.time_call(call, spec))
+        metrics["tflops"] = tflops(gemm_flops(n, n, n), metrics["ms_median"])
+        return make_row(base, impl, "ok", message, **metrics)
+    except Exception as exc:
+        status, msg = harness.classify(exc)
+        harness.release_memory()
+        return make_row(base, impl, status, f"{message}: {msg}", **metrics)
+
+
+def _accuracy(spec: Fp8Spec, impl: str, q, k, v, sample, ref, base: dict) -> dict:
+    """Error of one implementation against float64 attention of the same inputs (nothing timed)."""
+    metrics: dict = {}
+    message = "error against float64 attention of the same inputs, sampled rows of every head"
+    try:
+        if impl.startswith("ours-fp8-"):
+            call = Quantised(impl, q, k, v, spec.causal)
+            metrics["kernel_config"] = call.config_text()
+            out = call()
+            qd, kd, _ = call.dequantised()
+            under, mass = reference.p_underflow_rows(qd, kd, sample, spec.causal, p_scale=call.p_scale)
+            metrics.update(p_underflow=under, p_mass_lost=mass)
+        else:
+            out = att.implementation(impl)(q, k, v, spec.causal)
+            metrics["kernel_config"] = att.kernel_config(impl, "fwd", None, q, k)
+        max_abs, rms = tolerance.error_stats(out[:1].index_select(2, sample), ref)
+        metrics.update(max_abs_err=max_abs, rms_err=rms)
+        del out
+        return make_row(base, impl, "ok", message, **metrics)
+    except Exception as exc:
+        status, msg = harness.classify(exc)
+        harness.release_memory()
+        return make_row(base, impl, status, msg, **metrics)

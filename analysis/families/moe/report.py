@@ -1,0 +1,12 @@
+"""What the report shows of the MoE rows beside the figures: a point's shape in words."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def shape(row) -> str:
+    """``<layer> <tokens> tokens, <routing> routing, stage <stage>``, for the failure tables."""
+    v = pd.to_numeric(row.get("tokens"), errors="coerce")
+    tokens = "?" if pd.isna(v) else str(int(v))
+    return f"{row.get('model')} {tokens} tokens, {row.get('routing')} routing, stage {row.get('stage')}"

@@ -1,0 +1,91 @@
+"""Evaluators of the claims about weight-only quantisation (W4A16), from the W4A16 rows of the operator table
+(``ops.csv``). With no operator table on any GPU a claim is ``untestable`` and says why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
+from analysis.audit.verdicts import per_gpu, side_by_side, span, within
+from analysis.families.w4a16.tables import with_copy_gbps
+
+OPS = "ops"  # the table these claims read
+EVALUATORS = Evaluators()
+
+
+SMALL_M = 16  # decoding row counts, where a layer is bound by reading its weights
+
+
+def measured_ops(ctx: Context, fn: Callable[[str], Verdict], needs: str) -> list[Verdict]:
+    """One verdict per GPU with an ops table; untestable (with the reason) when there is none."""
+    if not ctx.table(OPS).frames:
+        raise Untestable(
+            f"no W4A16/MoE results on any GPU ({needs}): the operator experiments run on a GPU node "
+            "(the w4a16 and moe families' benchmark jobs) or come with shipped reference results "
+            "(reports/reference/<gpu>/ops.csv)"
+        )
+    return per_gpu(ctx.table(OPS), fn)
+
+
+@EVALUATORS("w4_bandwidth")
+def w4_bandwidth(claim: Claim, ctx: Context) -> list[Verdict]:
+    target, tol = claim.asserted["approx"], claim.tolerance
+
+    def one(gpu):
+        rows = ctx.table(OPS).ok(gpu, experiment="w4a16", op="linear")
+        pair = side_by_side(
+            rows[rows["m"] == 1],
+            ["model", "dtype", "group_size"],
+            "torch-linear",
+            "ours-w4a16",
+            ["ms_median", "model_bytes", "gbps"],
+        )
+        if pair.empty:
+            raise Untestable("bf16 F.linear and our W4A16 kernel finished at no common M=1 point")
+        ratio = pair["model_bytes_a"] / pair["model_bytes_b"]  # 16-bit weight bytes over int4 bytes + scales
+        speed = pair["ms_median_a"] / pair["ms_median_b"]
+        bytes_ok = bool(within(float(ratio.median()), target, tol))
+        fast = speed >= (1 - tol) * target
+        verdict = "holds" if bytes_ok and fast.all() else "partly" if bytes_ok and (speed > 1).any() else "fails"
+        share = (pair["gbps_b"] / with_copy_gbps(pair, rows)).dropna()
+        extra = f"; {100 * share.min():.0f}–{100 * share.max():.0f}% of the copy bandwidth" if len(share) else ""
+        return Verdict(
+            verdict,
+            f"{span(ratio, '.2f')} fewer weight bytes; M=1 {span(speed, '.2f')} faster than bf16 F.linear",
+            f"int4 codes plus group scales and zero points against the 16-bit weight ({len(pair)} layer shapes, "
+            f"group size {', '.join(map(str, sorted(pair['group_size'].astype(int).unique())))}); the bandwidth "
+            f"saving judged as the decode (M=1) latency ratio, holds when ≥ {(1 - tol) * target:g}×{extra}",
+            f"{ctx.table(OPS).paths[gpu]}: experiment=w4a16, m=1, impl=torch-linear,ours-w4a16,copy-weight",
+            gpu=gpu,
+            unit="×",
+        )
+
+    return measured_ops(ctx, one, "the W4A16 experiment")
+
+
+@EVALUATORS("w4_fusion")
+def w4_fusion(claim: Claim, ctx: Context) -> list[Verdict]:
+    def one(gpu):
+        rows = ctx.table(OPS).ok(gpu, experiment="w4a16", op="linear")
+        rows = rows[rows["m"] <= SMALL_M]
+        keys = ["model", "dtype", "group_size", "m"]
+        unfused = side_by_side(rows, keys, "torch-linear", "dequant-linear")
+        fused = side_by_side(rows, keys, "torch-linear", "ours-w4a16")
+        if unfused.empty or fused.empty:
+            raise Untestable(f"F.linear, dequantise-then-F.linear and the fused kernel finished at no M ≤ {SMALL_M}")
+        lost = unfused["ms_median_b"] / unfused["ms_median_a"]  # ≥ 1: the unfused path is no faster than bf16
+        kept = fused["ms_median_a"] / fused["ms_median_b"]  # > 1: the fused kernel keeps the saving
+        verdict = "holds" if (lost >= 1).all() and (kept > 1).all() else "fails" if not (lost >= 1).any() else "partly"
+        return Verdict(
+            verdict,
+            f"unfused {span(lost, '.2f')} the time of bf16 F.linear; fused {span(kept, '.2f')} faster than it",
+            f"decode-size M ≤ {SMALL_M} ({len(unfused)} points): dequantising to a 16-bit weight in memory and "
+            "reading it back costs at least the bf16 layer's time (the saving lost) at "
+            f"{int((lost >= 1).sum())}/{len(lost)} points; the fused kernel is faster than bf16 at "
+            f"{int((kept > 1).sum())}/{len(kept)}",
+            f"{ctx.table(OPS).paths[gpu]}: experiment=w4a16, m≤{SMALL_M}, impl=torch-linear,dequant-linear,ours-w4a16",
+            gpu=gpu,
+            unit="×",
+        )
+
+    return measured_ops(ctx, one, "the W4A16 experiment")

@@ -1,0 +1,118 @@
+"""The operator table's plotting helpers (``ops.csv``), shared by the W4A16 and MoE families' figures.
+
+GPU time and eager cost. The plotted times are GPU time (``ms_median``: the harness hides the host side of a
+call). A call issued eagerly, one after another, costs about the larger of its GPU time and its host side
+(``host_ms``: checks, allocations, launches, any synchronisation), ``eager_ms``. Where the two differ by more
+than ``EAGER_GAP`` (20%) at some point of a line, ``line_panels`` also draws that line from the eager cost,
+dotted ("<impl>, eager call"), so that a speed-up that exists only on the GPU's clock is seen as such; the
+tables carry ``host_ms`` and the eager values beside the GPU ones. Rows measured before ``host_ms`` existed
+have no eager line.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from analysis.core.plotting import as_bool, gpu_label, log2_x, save, theme
+
+NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_median", "ms_p20", "ms_p80", "host_ms",
+            "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err", "rel_err", "quant_err"]  # fmt: skip
+
+
+QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
+
+
+MOE_ORDER = ["ours-moe", "grouped-mm-moe", "loop-moe", "gather-moe", "dense-ffn"]
+
+
+GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
+
+
+COLOURS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, sns.color_palette("colorblind", 13), strict=True))
+
+
+MARKERS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, "oDsv^" * 3, strict=False))
+
+
+THICK = {"ours-w4a16", "ours-moe", "ours-grouped"}  # the line of our kernel in each figure
+
+
+EAGER_GAP = 0.2  # draw the eager-cost line where it differs from the GPU-time one by more than this
+
+
+def prepare(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """Ok, timed rows of one experiment (w4a16, moe) with numbers normalised; refuses a table that mixes GPUs."""
+    gpus = df["gpu"].dropna().unique()
+    if len(gpus) > 1:
+        raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
+    d = df[df["experiment"] == experiment].copy()
+    for c in NUMERIC:
+        d[c] = pd.to_numeric(d[c], errors="coerce")
+    d["timed"] = as_bool(d["timed"])
+    d = d[(d["status"] == "ok") & d["timed"]].copy()
+    # what an eager call costs: the larger of GPU time and host time (NaN where host_ms was not measured)
+    d["eager_ms"] = np.fmax(d["ms_median"], d["host_ms"]).where(d["host_ms"].notna())
+    return d
+
+
+def eager_differs(gpu: pd.Series, eager: pd.Series) -> pd.Series:
+    """Where an eager-cost value differs from its GPU-time value by more than ``EAGER_GAP``."""
+    return (eager / gpu - 1.0).abs() > EAGER_GAP
+
+
+def title(d: pd.DataFrame, what: str) -> str:
+    gpu = gpu_label(d)
+    dtypes = ", ".join(sorted(map(str, d["dtype"].dropna().unique())))
+    return f"{gpu}: {what}" + (f" ({dtypes})" if dtypes else "")
+
+
+def panel_grid(n: int, width: float = 4.0, height: float = 3.2):
+    cols = min(n, 3)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def shape_label(r) -> str:
+    return f"{r['model']} ({int(r['k'])}→{int(r['n'])})"
+
+
+def finish(fig, axes, title: str, out_png) -> None:
+    """The legend beside the last panel, the title, and the PNG."""
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle(title, fontweight="bold")
+    fig.tight_layout()
+    save(fig, out_png)
+
+
+def line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str], x: str, value: str,
+                 labels: tuple[str, str], what: str, out_png, width: float = 4.0, mark=None,
+                 eager: str | None = None) -> None:  # fmt: skip
+    """One panel per value of column ``panel`` (in the order of ``panels``): ``value`` against ``x`` on a log2
+    axis, a line per implementation of ``order`` present (ours thicker), axes labelled ``labels`` (x, y) and
+    the figure titled ``what``; ``mark(ax, rows)`` adds what a panel has besides (a reference line, a log
+    y-axis). ``eager``: the column of ``value`` at the eager cost; a line where it differs from ``value`` by
+    more than ``EAGER_GAP`` at some point is drawn again from it, dotted (module docstring)."""
+    with theme():
+        fig, axes = panel_grid(len(panels), width=width)
+        for ax, name in zip(axes, panels, strict=True):
+            s = d[d[panel] == name]
+            for impl in [i for i in order if i in set(s["impl"])]:
+                line = s[s["impl"] == impl].sort_values(x)
+                ax.plot(line[x], line[value], marker=MARKERS[impl], color=COLOURS[impl], label=impl,
+                        linewidth=2.4 if impl in THICK else 1.4)  # fmt: skip
+                if eager is not None and eager_differs(line[value], line[eager]).any():
+                    ax.plot(line[x], line[eager], marker=MARKERS[impl], color=COLOURS[impl], linestyle=":",
+                            fillstyle="none", linewidth=1.2, label=f"{impl}, eager call")  # fmt: skip
+            if mark is not None:
+                mark(ax, s)
+            log2_x(ax, [v for v in s[x] if v == v])
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel(labels[0])
+            ax.set_ylabel(labels[1])
+        finish(fig, axes, title(d, what), out_png)

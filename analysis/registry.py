@@ -1,0 +1,68 @@
+"""The registry: every family the pipeline runs, in the order the report shows them. A new family is one more
+name on the two lines below (its folder under ``analysis/families/`` holds everything else).
+
+From the families it derives what the rest of the pipeline asks for: the result tables (``tables``: composed
+from the columns of the families that share each one), every claim evaluator (``evaluators``) and claim file,
+and which family an experiment belongs to.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from analysis.core.family import Family
+from analysis.core.tables import Table, compose
+from analysis.families import attention, compiled, fp8, moe, traffic, w4a16
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (m.FAMILY for m in (attention, fp8, traffic, w4a16, moe, compiled))}
+
+
+def family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise KeyError(f"unknown family {name!r}; known: {list(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def of_table(name: str) -> list[Family]:
+    """The families whose rows go to table ``name``, in registry order."""
+    return [f for f in FAMILIES.values() if f.table == name]
+
+
+@functools.cache
+def tables() -> dict[str, Table]:
+    """Every result table, by name, in registry order, composed from its families' columns."""
+    names = list(dict.fromkeys(f.table for f in FAMILIES.values()))
+    out = {}
+    for name in names:
+        fams = of_table(name)
+        out[name] = compose(name, [f.columns() for f in fams], [e for f in fams for e in f.experiments])
+    return out
+
+
+def table(name: str) -> Table:
+    return tables()[name]
+
+
+def of_experiment(experiment: str) -> Family:
+    """The family whose plan lists ``experiment``."""
+    for f in FAMILIES.values():
+        if experiment in f.experiments:
+            return f
+    raise KeyError(f"no family runs experiment {experiment!r}")
+
+
+def evaluators() -> dict:
+    """Every family's claim evaluators, by name (a name defined twice is an error)."""
+    out: dict = {}
+    for f in FAMILIES.values():
+        for name, fn in f.evaluators().items():
+            if name in out:
+                raise ValueError(f"evaluator {name!r} is defined by two families")
+            out[name] = fn
+    return out
+
+
+def claim_files() -> list[Path]:
+    """The families' own claim files (``claims.yaml``), beside the articles' registry."""
+    return [p for p in (f.claims_file() for f in FAMILIES.values()) if p is not None]

@@ -1,0 +1,109 @@
+"""The claims: the articles' registry and the families' own claim files, loaded and checked (ids, evaluators,
+sources, what a claim not built yet needs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis import registry
+from analysis.audit import REGISTRY, load_claims
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every id of the project's claim catalog (claims.md); the registry must keep all of them.
+CATALOG_IDS = [
+    "mem-8k-scores", "mem-128k-head", "mem-128k-oom", "a100-bw", "time-128k-hbm", "time-128k-compute",
+    "idle-95", "incident-16x", "incident-rollback", "std-bytes-formula", "std-flops", "ai-4096", "ai-limit",
+    "ai-order-d", "a100-knee", "tc-bound-55", "std-mfu", "fa-hbm-on", "fa-exact", "fa1-speed-mem",
+    "fa-gain-vanishes", "fa1-blocks", "recompute-flops-a", "recompute-flops-b", "mem-64k", "bwd-faster",
+    "break-even-512", "fa-io-theorem", "io-ratio-20", "io-q2-8k", "io-q2-32k", "fa1-mfu", "online-softmax",
+    "fp16-tolerance", "fa2-mfu", "fa2-vs-fa1", "causal-skip-50", "lazy-rescale", "h100-peak", "fa3-util",
+    "tma-registers", "wgmma-issue", "fp8-2pf", "fp8-accuracy", "flashdecoding", "flashinfer", "fp32-16x",
+    "varlen-waste", "block-64", "tc-95-inner", "exp1-oom-16k", "exp3-maxdiff", "exp4-close", "exp-s0-slower",
+    "moe-dense-inside", "moe-grouped", "w4-bandwidth", "w4-fusion", "fp8-scales",
+]  # fmt: skip
+
+
+def test_registry_loads_every_catalog_claim(claims):
+    assert len(CATALOG_IDS) == len(set(CATALOG_IDS)) == 59
+    missing = sorted(set(CATALOG_IDS) - set(claims))
+    assert missing == []
+
+
+def test_registry_claims_are_well_formed(claims):
+    evaluators = registry.evaluators()
+    for claim in claims.values():
+        assert claim.evaluator in evaluators or claim.evaluator == "not_built", claim.id
+        assert claim.statement, claim.id
+        assert claim.kind, claim.id
+        assert claim.source.startswith(("S0 (", "S1 (")), claim.id
+        if claim.evaluator == "not_built":
+            assert claim.needs, claim.id
+
+
+def test_load_registry_reads_the_default_path(claims):
+    assert REGISTRY == ROOT / "analysis" / "audit" / "registry.yaml"
+    own = [c.id for f in registry.claim_files() for c in load_claims(registry.evaluators(), path=f)]
+    assert [c.id for c in load_claims(registry.evaluators(), path=REGISTRY)] + own == list(claims)
+
+
+def _claim_entry(cid: str, evaluator: str = "std_flops", **extra) -> dict:
+    entry = {
+        "id": cid,
+        "source": {"article": "S1", "section": "§1"},
+        "statement": "a statement",
+        "asserted": {"approx": 1, "unit": "x"},
+        "wording": "≈ 1",
+        "tolerance": 0.0,
+        "kind": ["analytic"],
+        "evaluator": evaluator,
+    }
+    entry.update(extra)
+    return entry
+
+
+def _write_registry(tmp_path, entries: list[dict]) -> Path:
+    doc = {"sources": {"S0": {"file": "a.txt", "title": "A"}, "S1": {"file": "b.txt", "title": "B"}}, "claims": entries}
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_small_valid_registry_loads(tmp_path):
+    path = _write_registry(
+        tmp_path,
+        [_claim_entry("one"), _claim_entry("two", evaluator="not_built", needs="a kernel")],
+    )
+    claims = load_claims(registry.evaluators(), path=path)
+    assert [c.id for c in claims] == ["one", "two"]
+    assert claims[0].source == "S1 (b.txt) §1"
+    assert claims[1].needs == "a kernel"
+    assert claims[0].conditions == {}
+
+
+@pytest.mark.parametrize(
+    "entries, match",
+    [
+        pytest.param([_claim_entry("dup"), _claim_entry("dup")], "duplicate claim id 'dup'", id="duplicate-id"),
+        pytest.param([_claim_entry("odd", evaluator="no_such_evaluator")], "unknown evaluator", id="unknown-evaluator"),
+        pytest.param(
+            [_claim_entry("later", evaluator="not_built")], "does not say what it needs", id="not-built-no-needs"
+        ),
+        pytest.param(
+            [_claim_entry("empty-needs", evaluator="not_built", needs="")],
+            "does not say what it needs",
+            id="not-built-empty-needs",
+        ),
+        pytest.param(
+            [_claim_entry("elsewhere", source={"article": "S9", "section": "x"})],
+            "unknown article",
+            id="unknown-article",
+        ),
+    ],
+)
+def test_malformed_registry_is_rejected(tmp_path, entries, match):
+    with pytest.raises(ValueError, match=match):
+        load_claims(registry.evaluators(), path=_write_registry(tmp_path, entries))

@@ -1,0 +1,64 @@
+"""Helpers of the claim tests: fixture rows of the attention table, contexts that hold them, and audits of one
+claim with every family's evaluators (the ``claims`` fixture, in conftest.py, is every claim by id)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis import registry
+from analysis.audit import COLUMNS, Claim, Context, Results, audit, load_claims
+
+FIXTURE_PATH = "fixture.csv"
+ATTENTION = registry.table("attention")
+
+
+def all_claims() -> dict[str, Claim]:
+    """Every claim (the articles' registry and the families' own), by id."""
+    return {c.id: c for c in load_claims(registry.evaluators(), registry.claim_files())}
+
+
+def judge(claims: list[Claim], ctx: Context, band: bool = True) -> pd.DataFrame:
+    """The audit of ``claims`` with every family's evaluators."""
+    return audit(claims, ctx, registry.evaluators(), band=band)
+
+
+def fixture_row(impl: str, **over) -> dict:
+    """One finished, timed row of the attention table with plausible values; ``over`` replaces fields."""
+    r = {
+        "experiment": "fa2-setting", "family": "attention", "op": "attention", "impl": impl, "dtype": "float16",
+        "mode": "fwd", "batch": 8, "heads": 16, "heads_kv": 16, "seqlen_q": 2048, "seqlen_k": 2048,
+        "head_dim": 128, "causal": True, "status": "ok", "message": "", "timed": True, "ms_median": 1.0,
+        "ms_p20": 0.99, "ms_p80": 1.01, "tflops": 200.0, "peak_mem_mib": 64.0, "max_abs_err": 1e-3,
+        "rms_err": 1e-4, "ref_err": 2e-3, "err_bound": 1e-2, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
+        "temp_c": 45.0, "power_w": 300.0, "gpu_name": "NVIDIA H200", "gpu": "h200", "driver": "580.0",
+        "cuda": "13.0", "torch": "2.11.0", "triton": "3.6.0", "python": "3.12.3", "git_sha": "0" * 40,
+        "timestamp": "2026-01-01T00:00:00Z", "kernel_config": "",
+    }  # fmt: skip
+    assert set(r) <= set(ATTENTION.columns)
+    r.update({c: math.nan for c in ATTENTION.columns if c not in r})  # columns only some experiments fill
+    r.update(over)
+    return r
+
+
+def context(frames: dict[str, pd.DataFrame], paths: dict[str, str], table: str = "attention") -> Context:
+    """A context holding one table: its rows per GPU type and the file each came from."""
+    return Context(tables={table: Results(frames, paths)})
+
+
+def fixture_ctx(rows: list[dict], gpu: str = "h200") -> Context:
+    return context({gpu: ATTENTION.frame(rows)}, {gpu: FIXTURE_PATH})
+
+
+def audit_one(claims: dict[str, Claim], cid: str, ctx: Context) -> pd.DataFrame:
+    df = judge([claims[cid]], ctx)
+    assert list(df.columns) == COLUMNS
+    assert set(df["claim_id"]) == {cid}
+    return df
+
+
+def measured_row(df: pd.DataFrame, gpu: str = "h200") -> pd.Series:
+    rows = df[df["gpu"] == gpu]
+    assert len(rows) == 1
+    return rows.iloc[0]

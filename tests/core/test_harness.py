@@ -1,0 +1,229 @@
+"""The harness: failure statuses, progress lines and telemetry, the GPU-only timing and memory helpers (faked
+or skipped without a GPU), and the host-side cost of one eager call."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import pytest
+import torch
+
+from analysis.core import harness
+from analysis.core.provenance import nvml_gpu
+
+HAS_CUDA = torch.cuda.is_available()
+cpu_only = pytest.mark.skipif(HAS_CUDA, reason="asserts what SDPA backends do on a CPU; a CUDA GPU is present")
+
+NO_VIABLE_BACKEND = (
+    "No viable backend for scaled_dot_product_attention was found. "
+    "This is likely due to turning off both the math kernel and the fused kernels."
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# harness.classify
+# ---------------------------------------------------------------------------------------------------
+
+
+def _out_of_resources():
+    from triton.runtime.errors import OutOfResources
+
+    return OutOfResources(262144, 232448, "shared memory")
+
+
+@pytest.mark.parametrize(
+    "make_exc, status, prefix",
+    [
+        pytest.param(
+            lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has ..."),
+            "oom",
+            "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            id="torch-oom",
+        ),
+        pytest.param(
+            lambda: RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be reported later"),
+            "oom",
+            "RuntimeError: CUDA error: out of memory",
+            id="runtime-out-of-memory",
+        ),
+        pytest.param(
+            lambda: RuntimeError("Triton Error [CUDA]: Out Of Memory"),
+            "oom",
+            "RuntimeError: Triton Error",
+            id="runtime-out-of-memory-capitalised",
+        ),
+        pytest.param(
+            lambda: RuntimeError("out of resource: shared memory, Required: 262144, Hardware limit: 232448"),
+            "error",
+            "RuntimeError: out of resource: shared memory",
+            id="runtime-shared-memory",
+        ),
+        pytest.param(
+            lambda: RuntimeError("out of memory: shared memory exceeds the limit"),
+            "error",
+            "RuntimeError: out of memory: shared memory",
+            id="runtime-shared-memory-out-of-memory",
+        ),
+        pytest.param(_out_of_resources, "error", "OutOfResources: out of resource: shared memory", id="triton-smem"),
+        pytest.param(
+            lambda: ValueError("head_dim 300 is not supported"), "unsupported", "ValueError: head_dim", id="value-error"
+        ),
+        pytest.param(lambda: TypeError("bfloat16 needs sm80"), "unsupported", "TypeError: bfloat16", id="type-error"),
+        pytest.param(
+            lambda: NotImplementedError("no backward pass"), "unsupported", "NotImplementedError: no", id="not-impl"
+        ),
+        pytest.param(
+            lambda: RuntimeError("No available kernel. Aborting execution."),
+            "unsupported",
+            "RuntimeError: No available kernel. Aborting execution.",
+            id="sdpa-no-available-kernel",
+        ),
+        pytest.param(lambda: RuntimeError("illegal memory access"), "error", "RuntimeError: illegal", id="runtime"),
+        pytest.param(lambda: KeyError("BLOCK_M"), "error", "KeyError: 'BLOCK_M'", id="key-error"),
+        pytest.param(lambda: ZeroDivisionError("division by zero"), "error", "ZeroDivisionError: div", id="zero-div"),
+        pytest.param(lambda: RuntimeError(""), "error", "RuntimeError: ", id="empty-message"),
+    ],
+)
+def test_classify(make_exc, status, prefix):
+    got_status, message = harness.classify(make_exc())
+    assert got_status == status
+    assert message.startswith(prefix)
+
+
+def test_classify_sdpa_cpu_refusal_is_unsupported():
+    assert harness.classify(RuntimeError(NO_VIABLE_BACKEND))[0] == "unsupported"
+
+
+def test_classify_message_first_line_only():
+    _, message = harness.classify(ValueError("\n  first line\nsecond line\nthird"))
+    assert message == "ValueError: first line"
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pytest.param(ValueError("x" * 1000), id="value-error"),
+        pytest.param(torch.OutOfMemoryError("CUDA out of memory. " + "y" * 1000), id="oom"),
+    ],
+)
+def test_classify_truncates(exc):
+    _, message = harness.classify(exc)
+    assert len(message) == 300
+    assert message.startswith(type(exc).__name__ + ": ")
+
+
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        pytest.param(torch.OutOfMemoryError("anything"), True, id="torch-oom-any-text"),
+        pytest.param(RuntimeError("CUDA out of memory"), True, id="text"),
+        pytest.param(RuntimeError("out of memory (shared memory)"), False, id="shared-memory"),
+        pytest.param(MemoryError(), False, id="host-memory-error-no-text"),
+        pytest.param(RuntimeError("memory"), False, id="memory-word"),
+    ],
+)
+def test_is_oom(exc, expected):
+    assert harness.is_oom(exc) is expected
+
+
+# ---------------------------------------------------------------------------------------------------
+# Progress, telemetry, GPU-only measurement helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_progress_lines():
+    lines: list[str] = []
+    progress = harness.Progress(3, lines.append)
+    progress.step("ours-fa2 N=1024", "ok 120.5 TFLOP/s")
+    progress.step("naive N=1024", "oom")
+    progress.step("sdpa-flash N=1024", "unsupported")
+    assert len(lines) == 3
+    assert re.fullmatch(r"\[1/3\] ours-fa2 N=1024: ok 120\.5 TFLOP/s \(\d+\.\d s\)", lines[0])
+    assert re.fullmatch(r"\[2/3\] naive N=1024: oom \(\d+\.\d s\)", lines[1])
+    assert lines[2].startswith("[3/3] sdpa-flash N=1024: unsupported (")
+    assert progress.done == 3
+
+
+@pytest.mark.skipif(nvml_gpu() is not None, reason="NVML sees a GPU here; this checks the no-GPU fallback")
+def test_telemetry_without_nvml_is_nan():
+    with harness.Telemetry(interval_s=0.001) as tel:
+        torch.ones(16).sum()
+    summary = tel.summary()
+    assert set(summary) == set(harness.Telemetry.FIELDS)
+    assert all(math.isnan(x) for x in summary.values())
+    assert tel.samples == []
+
+
+def test_telemetry_summary_from_samples():
+    tel = harness.Telemetry.__new__(harness.Telemetry)  # no NVML needed to summarise samples
+    tel.samples = [(1500.0, 2600.0, 50.0, 300.0), (1700.0, 2600.0, 55.0, 500.0)]
+    assert tel.summary() == {"sm_clock_mhz": 1600.0, "mem_clock_mhz": 2600.0, "temp_c": 55.0, "power_w": 400.0}
+
+
+@pytest.mark.gpu
+def test_time_gpu_quantiles_ordered():
+    x = torch.randn(1024, 1024, device="cuda")
+    timing = harness.time_gpu(lambda: x @ x, warmup_ms=5, rep_ms=20)
+    assert 0 < timing.ms_p20 <= timing.ms_median <= timing.ms_p80
+
+
+@pytest.mark.gpu
+def test_time_gpu_leaves_out_the_host_side():
+    """A call that spends 50 µs on the host before launching a few µs of GPU work is timed at the GPU work
+    (the GPU-side wait before each start event covers the host side), and far below the host time."""
+    x = torch.zeros(1024, device="cuda")
+
+    def call():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 50e-6:
+            pass
+        x.add_(1.0)
+
+    assert harness.time_gpu(call, warmup_ms=2, rep_ms=10).ms_median < 0.02
+
+
+@pytest.mark.gpu
+def test_host_ms_is_what_the_gpu_time_leaves_out():
+    """The same call: 50 µs on the host, a few µs on the GPU; host_ms sees the 50 µs. A call that
+    synchronises pays the GPU work before it on the host too."""
+    x = torch.zeros(1024, device="cuda")
+
+    def call():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 50e-6:
+            pass
+        x.add_(1.0)
+
+    timing = harness.time_gpu(call, warmup_ms=2, rep_ms=10)
+    assert 0.05 <= timing.host_ms < 1.0 and timing.host_ms > 2 * timing.ms_median
+    a = torch.randn(4096, 4096, device="cuda")
+
+    def synchronising():
+        a @ a
+        return (a[0, 0] > 0).item()  # a host synchronisation: waits for the product
+
+    product = harness.time_gpu(lambda: a @ a, warmup_ms=2, rep_ms=10)
+    assert harness.host_time(synchronising) >= 0.8 * product.ms_median
+    metrics = harness.measure(lambda: a @ a, warmup_ms=2, rep_ms=10)
+    assert 0 < metrics["host_ms"] < metrics["ms_median"]  # launching a 4096³ product is quick
+
+
+@pytest.mark.gpu
+def test_peak_extra_memory_counts_the_call():
+    mib = harness.peak_extra_memory_mib(lambda: torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda"))
+    assert 64.0 <= mib < 80.0
+
+
+def test_host_time_is_the_median_host_time_of_a_call(monkeypatch):
+    monkeypatch.setattr(harness.torch.cuda, "synchronize", lambda *a, **k: None)  # no GPU here
+    calls = []
+
+    def call():
+        calls.append(1)
+        time.sleep(0.002 if len(calls) % 7 else 0.05)  # one slow call in seven: the median ignores it
+
+    ms = harness.host_time(call, reps=21)
+    assert len(calls) == 21
+    assert 1.9 <= ms < 10

@@ -1,0 +1,16 @@
+"""Measure one shard of a family on a GPU of its type (or, for the `cpu` type, in Triton's interpreter)."""
+
+import os
+
+import _gpu_pool
+import _repo  # noqa: F401  (repository packages on sys.path)
+
+if snakemake.wildcards.gpu == "cpu":  # noqa: F821 (snakemake is injected by the script directive)
+    os.environ["TRITON_INTERPRET"] = "1"  # before the first import of triton
+
+from analysis.pipeline import run_shard, setup_logging  # noqa: E402
+
+setup_logging(snakemake.log.job)  # noqa: F821
+_gpu_pool.claim(snakemake)  # noqa: F821 (a GPU of its own, before CUDA starts)
+run_shard(snakemake.wildcards.family, snakemake.params.spec, snakemake.output[0],  # noqa: F821
+          env_json=snakemake.input.env, files=snakemake.log.files)  # noqa: F821
