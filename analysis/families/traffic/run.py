@@ -252,7 +252,7 @@ def _isnan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def _base_row(point: dict, env: dict, l2_cache_bytes=None, kernel_config: str = "") -> dict:
+def base_row(point: dict, env: dict, l2_cache_bytes=None, kernel_config: str = "") -> dict:
     config = config_fields(kernel_config or point.get("config"))
     row = dict.fromkeys(COLUMNS, math.nan)
     row.update({k: point[k] for k in ("experiment", "impl", "dtype", "batch", "heads", "seqlen", "head_dim")})
@@ -266,7 +266,7 @@ def _base_row(point: dict, env: dict, l2_cache_bytes=None, kernel_config: str = 
 
 def planned_rows(points: Iterable[dict], env: dict, status: str, message: str) -> list[dict]:
     """One row per planned point, all with the same status and message (nothing was measured)."""
-    return [{**_base_row(p, env), "status": status, "message": message} for p in points]
+    return [{**base_row(p, env), "status": status, "message": message} for p in points]
 
 
 def _roles(impl: str, names: list[str]) -> list[str]:
@@ -301,7 +301,7 @@ def assemble(sidecar: dict, kernels: list[Kernel], env: dict) -> list[dict]:
     segs = iter(segments)
     for p in points:
         seg = next(segs) if p.get("marked") else []
-        base = _base_row(p, env, l2, p.get("kernel_config", ""))
+        base = base_row(p, env, l2, p.get("kernel_config", ""))
         status = p.get("status", "error")
         if status != "ok":
             rows.append({**base, "status": status, "message": p.get("message", "")})

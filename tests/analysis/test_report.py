@@ -1,24 +1,24 @@
-"""Figures and the HTML report, on a synthetic table whose expected values are known by construction."""
+"""The FA-2 setting's figures and the HTML report, on a synthetic table whose expected values are known by
+construction."""
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import matplotlib
 import pandas as pd
 import pytest
+from figure_helpers import ATTENTION, is_png, render
+
+from analysis import registry, report
+from analysis.families.attention import fa2_figures as figures
+from analysis.families.attention import figures as attention_figures
+from analysis.families.attention import report as attention_report
 
 matplotlib.use("Agg")
-
-# Lets the file run on its own (pytest puts only tests/analysis/ on sys.path).
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from analysis import figures, report  # noqa: E402
-from analysis.core.tables import COLUMNS, read_rows, to_frame, write_rows  # noqa: E402
+COLUMNS = ATTENTION.columns
+FAMILY = registry.family("attention")
 
 NS = [512, 1024, 2048, 4096]
 MEM_NS = [1024, 2048, 4096, 8192]
@@ -143,24 +143,19 @@ def make_rows() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
-    return to_frame(make_rows())
+    return ATTENTION.frame(make_rows())
 
 
 @pytest.fixture(scope="module")
 def rendered(table, tmp_path_factory):
     out = tmp_path_factory.mktemp("figures")
-    return out, figures.render_all(table, out)
-
-
-def _is_png(path) -> bool:
-    data = Path(path).read_bytes()
-    return len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
+    return out, render("attention", table, out)
 
 
 def test_tflops_plots_ok_timed_rows_with_percentile_band(table, tmp_path):
     out = tmp_path / "t.png"
     got = figures.attention_tflops(table, out)
-    assert _is_png(out)
+    assert is_png(out)
     assert len(got) == 2 * 2 * 2 * len(NS) * len(REL_MS)  # the error row is not plotted
     assert set(got["impl"]) == set(REL_MS)
     assert set(got["panel"]) == {"d=64, non-causal", "d=64, causal", "d=128, non-causal", "d=128, causal"}
@@ -171,7 +166,7 @@ def test_tflops_plots_ok_timed_rows_with_percentile_band(table, tmp_path):
 def test_speedup_is_naive_time_over_impl_time(table, tmp_path):
     out = tmp_path / "s.png"
     got = figures.attention_speedup(table, out)
-    assert _is_png(out)
+    assert is_png(out)
     assert "naive" not in set(got["impl"])
     assert len(got) == 2 * 2 * 2 * len(NS) * (len(REL_MS) - 1)
     expected = got["impl"].map(lambda i: REL_MS["naive"] / REL_MS[i])
@@ -190,7 +185,7 @@ def test_speedup_skips_points_naive_did_not_finish(table):
 def test_memory_marks_oom_and_returns_it(table, tmp_path):
     out = tmp_path / "m.png"
     got = figures.attention_memory(table, out)
-    assert _is_png(out)
+    assert is_png(out)
     oom = got[got["status"] == "oom"]
     assert oom[["impl", "seqlen_q"]].values.tolist() == [["naive", MEM_NS[-1]]]
     assert len(got[got["status"] == "ok"]) == 3 * len(MEM_NS) - 1
@@ -199,8 +194,8 @@ def test_memory_marks_oom_and_returns_it(table, tmp_path):
 
 def test_csv_round_trip_with_string_booleans(table, tmp_path):
     csv = tmp_path / "rows.csv"
-    write_rows(make_rows(), csv)
-    back = read_rows([csv])
+    ATTENTION.write_rows(make_rows(), csv)
+    back = ATTENTION.read_rows([csv])
     stringly = back.assign(causal=back["causal"].astype(str), timed=back["timed"].astype(str))
     direct = figures.attention_tflops(table, tmp_path / "a.png")
     for t in (back, stringly):
@@ -210,25 +205,25 @@ def test_csv_round_trip_with_string_booleans(table, tmp_path):
 
 
 # The figures this table (forward FA-2 setting and the forward memory experiment) can draw; the others
-# (tests/analysis/test_experiment_figures.py) are skipped with their reason.
+# (test_attention_figures.py) are skipped with their reason.
 DRAWN = ["attention_tflops", "attention_speedup", "attention_memory"]
 
 
 def test_render_all_writes_png_and_csv(rendered):
     out, entries = rendered
-    assert [e["name"] for e in entries] == list(figures.FIGURES)
+    assert [e["name"] for e in entries] == list(attention_figures.FIGURES)
     for e in entries:
         if e["name"] not in DRAWN:
             assert e["png"] is None and e["reason"].startswith("no ok")
             continue
         assert e["reason"] is None
-        assert _is_png(e["png"])
+        assert is_png(e["png"])
         assert len(pd.read_csv(e["csv"])) > 0
         assert Path(e["png"]).parent == out
 
 
 def test_render_all_skips_missing_experiment(table, tmp_path):
-    entries = figures.render_all(table[table["experiment"] != "memory"], tmp_path)
+    entries = render("attention", table[table["experiment"] != "memory"], tmp_path)
     by_name = {e["name"]: e for e in entries}
     assert by_name["attention_memory"]["png"] is None
     assert "memory" in by_name["attention_memory"]["reason"]
@@ -237,17 +232,17 @@ def test_render_all_skips_missing_experiment(table, tmp_path):
 
 
 def test_render_all_on_empty_table(tmp_path):
-    entries = figures.render_all(to_frame([]), tmp_path)
+    entries = render("attention", ATTENTION.frame([]), tmp_path)
     assert all(e["png"] is None and e["reason"] for e in entries)
 
 
 def test_throughput_summary_ratio(table):
-    got = report.throughput_summary(table)
+    got = attention_report.throughput_summary(table)
     assert len(got) == 8
     assert (got["N"] == NS[-1]).all()
-    assert got[report.RATIO_COLUMN].to_numpy() == pytest.approx(OURS_OVER_FLASH)
-    assert got[report.CUDNN_RATIO_COLUMN].isna().all()  # no sdpa-cudnn row finished at the largest N
-    assert report.throughput_summary(table, "bwd").empty
+    assert got[attention_report.RATIO_COLUMN].to_numpy() == pytest.approx(OURS_OVER_FLASH)
+    assert got[attention_report.CUDNN_RATIO_COLUMN].isna().all()  # no sdpa-cudnn row finished at the largest N
+    assert attention_report.throughput_summary(table, "bwd").empty
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +254,7 @@ def html(table, rendered, tmp_path_factory):
         "source": "measured in this run",
         "provenance": {"gpu_name": "NVIDIA H200", "driver": "550.0", "sm_count": 132, "extra": {"a": 1}},
         "figures": entries,
-        "table": table[table["experiment"] != "interpreter-check"],
+        "tables": {"attention": table[table["experiment"] != "interpreter-check"]},
     }
     checks = table[table["experiment"] == "interpreter-check"]
     report.render_report(
@@ -295,7 +290,7 @@ def test_report_content(html):
     assert "4.2e-05" in html  # the interpreter check's error bound
     assert "sm_count" in html and "132" in html
     for caption in ("attention_tflops.rst", "attention_speedup.rst", "attention_memory.rst"):
-        first_words = " ".join((report.CAPTIONS / caption).read_text().split()[:6])
+        first_words = " ".join((FAMILY.captions / caption).read_text().split()[:6])
         assert first_words in html
 
 
@@ -303,23 +298,23 @@ def test_failures_and_status_include_the_ops_rows(table):
     """The W4A16/MoE rows that did not finish are listed beside the attention ones, with their own shape."""
     import math
 
-    from analysis import ops_tables
+    ops_table = registry.table("ops")
 
     def ops_row(**over):
-        r = {c: math.nan for c in ops_tables.COLUMNS}
+        r = {c: math.nan for c in ops_table.columns}
         r.update(experiment="moe", family="moe", op="moe-layer", impl="gather-moe", dtype="bfloat16", model="qwen",
                  tokens=4096, routing="zipf", stage="total", status="unsupported", message="above the <cap>",
                  timed=True, gpu="h200")  # fmt: skip
         r.update(over)
         return r
 
-    ops = ops_tables.to_frame([ops_row(), ops_row(impl="ours-moe", status="ok", message=""),
+    ops = ops_table.frame([ops_row(), ops_row(impl="ours-moe", status="ok", message=""),
                                ops_row(experiment="w4a16", impl="ours-w4a16", model="llama3-8b-up", m=16, n=14336,
                                        k=4096, status="mismatch", message="off")])  # fmt: skip
-    bad = report.failures(table, ops)
+    bad = report.failures([table, ops])
     tail = bad[bad["experiment"].isin(["moe", "w4a16"])]
     assert list(tail["shape"]) == ["qwen 4096 tokens, zipf routing, stage total", "llama3-8b-up M=16 N=14336 K=4096"]
-    assert len(bad) == len(report.failures(table)) + 2
+    assert len(bad) == len(report.failures([table])) + 2
     both = pd.concat([table[["experiment", "impl", "status"]], ops[["experiment", "impl", "status"]]])
     counts = report.status_summary(both).set_index(["experiment", "impl"])
     assert counts.loc[("moe", "gather-moe"), "unsupported"] == 1 and counts.loc[("moe", "ours-moe"), "ok"] == 1

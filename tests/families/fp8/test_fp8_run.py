@@ -1,4 +1,4 @@
-"""The FP8 attention experiments (analysis/experiments/fp8.py) on tiny shapes in Triton's interpreter."""
+"""The FP8 family's experiments (``analysis.families.fp8.run``) on tiny shapes in Triton's interpreter."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import math
 
 import pytest
 import torch
+from figure_helpers import ATTENTION
 
-from analysis.core import tables
-from analysis.experiments import attention, fp8
-from analysis.experiments.spec import Spec
+from analysis.core.plotting import NoDataError
+from analysis.families.attention import measure as attention
+from analysis.families.fp8 import figures as fp8_figures
+from analysis.families.fp8 import run as fp8
+from analysis.families.fp8.plan import Fp8Spec as Spec
 from kernels.attention import reference
 
 ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-rot",
@@ -47,7 +50,7 @@ def test_spec_checks_inputs():
         Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=False, seqlens=[8], impls=["naive"],
              inputs="weird")  # fmt: skip
     with pytest.raises(ValueError, match="apply to fp8-accuracy only"):
-        Spec(experiment="memory", dtype="float16", head_dim=32, causal=False, seqlens=[8], impls=["naive"],
+        Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[8], impls=["naive"],
              inputs="outliers")  # fmt: skip
 
 
@@ -58,8 +61,8 @@ def test_accuracy_rows(env):
     for kind in ("normal", "small"):
         spec = Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=True, seqlens=[70, 130],
                     batch=1, heads=2, impls=ACC_IMPLS, inputs=kind, check_rows=32)  # fmt: skip
-        rows += attention.run(spec, env, device="cpu", log_line=lambda s: None)
-    df = tables.to_frame(rows)
+        rows += fp8.run(spec, env, device="cpu", log_line=lambda s: None)
+    df = ATTENTION.frame(rows)
     assert (df["status"] == "ok").all() and not df["timed"].any()
     assert set(df["inputs"]) == {"normal", "small"}
     at = df[df["seqlen_q"] == 130].set_index(["inputs", "impl"])
@@ -81,7 +84,7 @@ def test_accuracy_rows_report_p_underflow_per_p_scale(env):
     q = q * 3
     sample = torch.arange(130)
     ref = reference.reference_attention(q, k, v, False, rows=sample)
-    base = attention.base_row(spec, {}, False, batch=1, heads=2, heads_kv=2, seqlen_q=130, seqlen_k=130)
+    base = attention.base_row(spec, {}, False, family="fp8", batch=1, heads=2, heads_kv=2, seqlen_q=130, seqlen_k=130)
     scaled = fp8._accuracy(spec, "ours-fp8-block", q, k, v, sample, ref, base)
     unscaled = fp8._accuracy(spec, "ours-fp8-block-p1", q, k, v, sample, ref, base)
     assert scaled["status"] == unscaled["status"] == "ok"
@@ -94,7 +97,7 @@ def test_speed_rows_on_cpu_are_gated_not_timed(env):
     spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
                 hidden=64, impls=["ours-fp8-tensor", "ours-fp8-block", "ours-fa2", "fp8-mm", "bf16-mm"],
                 check_rows=16)  # fmt: skip
-    df = tables.to_frame(attention.run(spec, env, device="cpu", log_line=lambda s: None))
+    df = ATTENTION.frame(fp8.run(spec, env, device="cpu", log_line=lambda s: None))
     assert (df["status"] == "ok").all(), df[["impl", "status", "message"]]
     assert not df["timed"].any() and df["tflops"].isna().all()
     fp8_rows = df[df["impl"].str.startswith("ours-fp8")]
@@ -109,14 +112,14 @@ def test_fp8_ceiling_is_unsupported_without_fp8_tensor_cores(env, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     spec = Spec(experiment="fp8-speed", dtype="bfloat16", head_dim=32, causal=False, seqlens=[64], tokens=64,
                 hidden=32, impls=["fp8-mm"])  # fmt: skip
-    base = attention.base_row(spec, {}, True, batch=1, heads=1, heads_kv=1, seqlen_q=64, seqlen_k=64)
+    base = attention.base_row(spec, {}, True, family="fp8", batch=1, heads=1, heads_kv=1, seqlen_q=64, seqlen_k=64)
     row = fp8._ceiling(spec, "fp8-mm", base, "cuda:0", True)
     assert row["status"] == "unsupported" and "compute capability ≥ 8.9" in row["message"], row["message"]
 
 
 def _table_row(impl, experiment, **over):
-    r = {c: math.nan for c in tables.COLUMNS}
-    r.update(experiment=experiment, family="attention", op="attention", impl=impl, dtype="bfloat16", mode="fwd",
+    r = {c: math.nan for c in ATTENTION.columns}
+    r.update(experiment=experiment, family="fp8", op="attention", impl=impl, dtype="bfloat16", mode="fwd",
              batch=4, heads=16, heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=128, causal=False, inputs="normal",
              status="ok", message="", timed=experiment == "fp8-speed", gpu="h200", gpu_name="NVIDIA H200",
              kernel_config="")  # fmt: skip
@@ -125,15 +128,13 @@ def _table_row(impl, experiment, **over):
 
 
 def test_fp8_figures_from_a_synthetic_table(tmp_path):
-    from analysis import attention_figures
-
     speed = [_table_row("ours-fa2", "fp8-speed", ms_median=1.5, tflops=400.0),
              _table_row("ours-fp8-block", "fp8-speed", ms_median=1.0, tflops=600.0),
              _table_row("sdpa-cudnn", "fp8-speed", ms_median=1.2, tflops=500.0),
              _table_row("fp8-mm", "fp8-speed", ms_median=0.8, tflops=1300.0),
              _table_row("ours-fp8-tensor", "fp8-speed", status="oom", message="out of memory")]  # fmt: skip
-    df = tables.to_frame(speed)
-    t = attention_figures.fp8_speed(df, tmp_path / "speed.png").set_index("impl")
+    df = ATTENTION.frame(speed)
+    t = fp8_figures.fp8_speed(df, tmp_path / "speed.png").set_index("impl")
     assert (tmp_path / "speed.png").stat().st_size > 0
     assert t.loc["ours-fp8-block", "speedup_vs_fa2"] == pytest.approx(1.5)
     assert t.loc["sdpa-cudnn", "speedup_vs_fa2"] == pytest.approx(1.25)
@@ -145,8 +146,8 @@ def test_fp8_figures_from_a_synthetic_table(tmp_path):
         for kind in ("normal", "outliers")
         for i, e, u in (("ours-fa2", 1e-5, math.nan), ("ours-fp8-block", 1e-2, 0.01), ("ours-fp8-block-p1", 1e-2, 0.2))
     ]
-    t = attention_figures.fp8_accuracy(tables.to_frame(acc), tmp_path / "acc.png")  # fmt: skip
+    t = fp8_figures.fp8_accuracy(ATTENTION.frame(acc), tmp_path / "acc.png")  # fmt: skip
     assert set(t["inputs"]) == {"normal", "outliers"} and len(t) == 6
     assert t.set_index(["inputs", "impl"]).loc[("outliers", "ours-fp8-block-p1"), "p_underflow"] == 0.2
-    with pytest.raises(attention_figures.NoDataError):
-        attention_figures.fp8_accuracy(tables.to_frame(speed), tmp_path / "none.png")
+    with pytest.raises(NoDataError):
+        fp8_figures.fp8_accuracy(ATTENTION.frame(speed), tmp_path / "none.png")
