@@ -1,7 +1,7 @@
 """The FA-3 kernel compiled for sm_90 without a GPU, every head dim × schedule × mask, and its SASS read.
 
 Gluon kernels do not run in Triton's interpreter, but ``triton.compile`` builds them for a ``GPUTarget`` on
-any machine (``analysis.experiments.compiled.fa3_kernel``). One subprocess (Triton must not be in interpreter
+any machine (``analysis.families.compiled.run.fa3_kernel``). One subprocess (Triton must not be in interpreter
 mode) compiles every variant and prints ``analysis.sass.summary`` of each; the tests check that the machine
 code holds what the design says: warpgroup MMAs (no per-warp MMA), TMA loads exactly where the schedule uses
 TMA and per-thread asynchronous copies where it does not, ``setmaxnreg`` register moves with warp
@@ -31,7 +31,7 @@ _SCRIPT = textwrap.dedent(
     import json, sys
     from concurrent.futures import ProcessPoolExecutor
     from analysis import sass
-    from analysis.experiments import compiled
+    from analysis.families.compiled import run as compiled
 
     def one(job):
         d, schedule, causal = job

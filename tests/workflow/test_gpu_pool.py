@@ -177,7 +177,7 @@ def test_gpu_resource_limit_sets_the_pool_size(tmp_path):
         assert "results for GPU type 'x100' were requested" in text
 
 
-@pytest.mark.parametrize("script", ["environment", "attention_benchmark", "ops_benchmark", "hbm_traffic"])
+@pytest.mark.parametrize("script", ["environment", "benchmark"])
 def test_every_gpu_job_claims_its_device_before_it_works(script):
     lines = (SCRIPTS / f"{script}.py").read_text().splitlines()
     claim_at = next(i for i, line in enumerate(lines) if "_gpu_pool.claim(snakemake)" in line)
@@ -191,7 +191,7 @@ def test_gpu_rules_request_one_gpu_and_only_the_slurm_profile_sets_it_to_zero():
     GRES requests the GPU, so every GPU rule's gpu is 0 there (else the plugin asks for a second one)."""
     text = "".join(p.read_text() for p in sorted((ROOT / "workflow" / "rules").glob("*.smk")))
     gpu_rules = {block.split(":", 1)[0] for block in text.split("\nrule ")[1:] if "        gpu=1,\n" in block}
-    assert gpu_rules == {"environment", "attention_benchmark", "ops_benchmark", "hbm_traffic"}
+    assert gpu_rules == {"environment", "benchmark"}
     for profile in ("default", "local"):
         assert "gpu=1" not in (ROOT / "workflow" / "profiles" / profile / "config.yaml").read_text()
     slurm = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import audit, pipeline
+from analysis import audit, pipeline, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -37,20 +37,20 @@ def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     shipped = sorted(p.parent.name for p in (ROOT / "reports" / "reference").glob("*/attention.csv"))
     assert shipped, "no shipped reference results to render"
-    tables = {g: ROOT / "reports" / "reference" / g / "attention.csv" for g in shipped}
-    gpus = []
+    gpus, audited = [], {}
     for g in shipped:
-        pipeline.render_figures(tables[g], out / "figures" / g)
-        gpus.append(
-            {
-                "slug": g,
-                "source": f"shipped reference results (reports/reference/{g}/)",
-                "table": tables[g],
-                "environment": ROOT / "reports" / "reference" / g / "environment.json",
-                "figures_dir": out / "figures" / g,
-            }
-        )
-    pipeline.run_audit(tables, out / "verdicts.csv")
+        folder = ROOT / "reports" / "reference" / g
+        tables = {t: folder / f"{t}.csv" for t in registry.tables() if (folder / f"{t}.csv").is_file()}
+        figures = []
+        for fam in registry.FAMILIES.values():  # every family's figures of the tables the set has
+            if fam.scope == "gpu" and fam.has("figures") and fam.table in tables:
+                pipeline.render_figures(fam.name, tables[fam.table], out / "figures" / g / fam.name)
+                figures.append(out / "figures" / g / fam.name)
+        gpus.append({"slug": g, "source": f"shipped reference results (reports/reference/{g}/)", "tables": tables,
+                     "environment": folder / "environment.json", "figures": figures})  # fmt: skip
+        for t, path in tables.items():
+            audited.setdefault(t, {})[g] = path
+    pipeline.run_audit(audited, out / "verdicts.csv")
     html = pipeline.render_report(gpus, None, out / "report.html", out / "verdicts.csv")
     return html, out
 
@@ -87,5 +87,5 @@ def test_verdict_table_has_every_claim(rendered):
     html, _ = rendered
     dom = dump_dom(html)
     ids = set(re.findall(r'<tr [^>]*class="claim-row" data-claim="([^"]+)"', dom))
-    registry = {c.id for c in audit.load_registry()}
-    assert ids == registry
+    claims = {c.id for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
+    assert ids == claims

@@ -237,8 +237,8 @@ def test_offline_with_something_missing_one_message_lists_it(tmp_path):
 
 def test_suite_test_runs_only_the_given_path(tmp_path):
     env = offline(Path(sys.executable).parent, SUITE_VENV=str(tmp_path / "venv"))
-    r = subprocess.run(["./suite", "test", "--collect-only", "-q", "tests/analysis/test_flops.py"], cwd=ROOT,
+    r = subprocess.run(["./suite", "test", "--collect-only", "-q", "tests/core/test_flops.py"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ids = [line for line in r.stdout.splitlines() if "::" in line]
-    assert ids and all(line.startswith("tests/analysis/test_flops.py::") for line in ids)
+    assert ids and all(line.startswith("tests/core/test_flops.py::") for line in ids)

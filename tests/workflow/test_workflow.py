@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from snakemake_helpers import interpreter_blocker, job_counts, snakemake
 
-from analysis.experiments import grid
+from analysis import budget, configuration, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = Path(__file__).with_name("mini.yaml")
@@ -29,7 +29,7 @@ def test_dry_run_cpu_plans_interpreter_checks_and_report(tmp_path):
     counts = job_counts(r.stdout)
     assert counts["interpreter_check"] == 2 * 4 * 2  # dtypes × head dims × causal of the default config
     assert counts["report"] == 1
-    assert "attention_benchmark" not in counts
+    assert "benchmark" not in counts
 
 
 def test_cpu_profile_measures_nothing_whatever_config_says(tmp_path):
@@ -39,14 +39,15 @@ def test_cpu_profile_measures_nothing_whatever_config_says(tmp_path):
                   f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
-    assert "attention_benchmark" not in counts and "environment" not in counts
+    assert "benchmark" not in counts and "environment" not in counts
     assert counts["interpreter_check"] == 2 * 4 * 2
 
 
 def test_nested_config_values_keep_their_types(tmp_path):
     """`--config` with nested keys: numbers inside mappings and lists are numbers (the schema refused
     them as strings), and the keys not named keep the config file's values."""
-    nested = "attention={interpreter_check: {head_dims: [16], seqlens: [33, 65]}, warmup_ms: 12.5}"
+    nested = ("attention={interpreter_check: {head_dims: [16], seqlens: [33, 65], seqlen_k: [33, 80]}, "
+              "warmup_ms: 12.5}")
     types = "gpu_types={h200: {gres: '', partition: gpu}}"  # strings stay strings, the empty one too
     r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", nested, types,
                   f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
@@ -55,8 +56,14 @@ def test_nested_config_values_keep_their_types(tmp_path):
     assert set(re.findall(r"check=check_\w+_d(\d+)_", r.stdout)) == {"16"}
 
 
-def _planned_shards(stdout: str) -> set[str]:
-    return set(re.findall(r"wildcards: gpu=h200, shard=(\S+)", stdout))
+def _planned_shards(stdout: str, family: str = "attention") -> set[str]:
+    return set(re.findall(rf"wildcards: gpu=h200, family={family}, shard=(\S+)", stdout))
+
+
+def _shards(*configs) -> dict[str, dict[str, dict]]:
+    """Family -> its shards, of the config files given (after workflow/config.yaml)."""
+    config = configuration.load_config([CONFIG, *configs])
+    return {name: f.shards(config) for name, f in registry.FAMILIES.items() if f.scope == "gpu"}
 
 
 def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
@@ -64,10 +71,12 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
                   f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
-    shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
-    assert counts["attention_benchmark"] == len(shards) == 36
-    assert _planned_shards(r.stdout) == set(shards)
-    per_experiment = Counter(f["experiment"] for f in shards.values())
+    planned = _shards()
+    assert counts["benchmark"] == sum(map(len, planned.values())) == 44
+    for family, shards in planned.items():
+        assert _planned_shards(r.stdout, family) == set(shards), family
+    shards = planned["attention"]
+    per_experiment = Counter(f["experiment"] for f in [*shards.values(), *planned["fp8"].values()])
     assert per_experiment == {"fa2-setting": 12, "fa1-setting": 1, "gain-surface": 4, "block-sweep": 1,
                               "rescale-ablation": 1, "memory": 2, "decode": 2, "varlen": 2, "fp8-speed": 2,
                               "fp8-accuracy": 8, "fa3-ablation": 1}  # fmt: skip
@@ -76,8 +85,14 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
     assert {"fa2-setting_bfloat16_d128_causal_bwd", "memory_float16_d128_full_fwdbwd",
             "decode_float16_d128_full_hkv2_q1", "varlen_float16_d128_causal_fwdbwd"} <= set(shards)  # fmt: skip
     assert counts["environment"] == 1
-    assert counts["figures"] >= 1
+    assert counts["collect"] == len({f.table for f in registry.FAMILIES.values() if f.scope == "gpu"})
+    assert counts["figures"] == sum(1 for f in registry.FAMILIES.values() if f.scope == "gpu" and f.has("figures"))
     assert "interpreter_check" not in counts
+    # the audit and the report read every table and its figures
+    audit_job = r.stdout[r.stdout.index("rule audit:") :].split("\n\n")[0]
+    assert all(f"{tmp_path}/h200/{t}.csv" in audit_job for t in registry.tables())
+    report_job = r.stdout[r.stdout.index("rule report:") :].split("\n\n")[0]
+    assert f"{tmp_path}/report/h200/moe" in report_job
 
 
 def test_full_config_plans_the_bigger_grids(tmp_path):
@@ -85,26 +100,39 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
     r = snakemake("-n", "--cores", "1", "--configfile", str(full), "--config", "gpus=[h200]",
                   f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
-    shards = grid.attention_shards(grid.load_config([CONFIG, full])["attention"])
-    assert job_counts(r.stdout)["attention_benchmark"] == len(shards) == 87
-    assert _planned_shards(r.stdout) == set(shards)
+    planned = _shards(full)
+    shards = {**planned["attention"], **planned["fp8"]}
+    assert len(shards) == 87
+    assert job_counts(r.stdout)["benchmark"] == sum(map(len, planned.values()))
+    assert _planned_shards(r.stdout, "attention") | _planned_shards(r.stdout, "fp8") == set(shards)
     assert "decode_float16_d128_full_hkv16_q16" in shards and "fa1-setting_float16_d64_full" in shards
     fp8_speed = [f for f in shards.values() if f["experiment"] == "fp8-speed"]
     assert len(fp8_speed) == 6 and {f["head_dim"] for f in fp8_speed} == {64, 128, 256}
 
 
 def test_default_budget_is_the_one_quoted_in_the_config():
-    """The point counts and seconds quoted in workflow/config.yaml are what the grid module computes now,
-    and the default grid stays within its budget (warm cache): under 7 minutes of attention points for the
-    experiments other than FP8 (FA-3's points included), about 2 more for fp8-speed and fp8-accuracy."""
-    shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
-    table = grid.budget_table(shards)
-    quoted = [line[len("  #   ") :] for line in CONFIG.read_text().splitlines() if line.startswith("  #   ")]
-    assert quoted == table
-    total = grid.budget(shards)
-    fp8 = {"fp8-speed", "fp8-accuracy"}
-    assert sum(e["seconds"] for name, e in total.items() if name not in fp8) <= 400
-    assert sum(e["seconds"] for name, e in total.items() if name in fp8) <= 130
+    """The point counts and seconds quoted in workflow/config.yaml, under each family's section, are what the
+    families' plans compute now, and the default grid stays within its budget (warm cache): under 7 minutes of
+    attention points (FA-3's included), about 2 more for fp8-speed and fp8-accuracy."""
+    config = configuration.load_config([CONFIG])
+    quoted = budget.quoted(CONFIG.read_text())
+    estimated = [f for f in registry.FAMILIES.values() if budget.estimates(f)]
+    assert set(quoted) == {f.name for f in estimated}
+    for fam in estimated:
+        assert quoted[fam.name] == budget.budget_table(fam, config), fam.name
+    seconds = {name: sum(e["seconds"] for e in budget.budget(registry.family(name), config).values())
+               for name in ("attention", "fp8")}  # fmt: skip
+    assert seconds["attention"] <= 400 and seconds["fp8"] <= 130
+
+
+def test_disabled_sections_plan_no_jobs_of_theirs(tmp_path):
+    off = tmp_path / "off.yaml"
+    off.write_text("w4a16: {enabled: false}\nmoe: {enabled: false}\n")
+    r = snakemake("-n", "--cores", "1", "--configfile", str(off), "--config", "gpus=[h200]",
+                  f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert not _planned_shards(r.stdout, "w4a16") and not _planned_shards(r.stdout, "moe")
+    assert f"{tmp_path}/h200/ops.csv" not in r.stdout and f"{tmp_path}/report/h200/moe" not in r.stdout
 
 
 def test_gpu_types_map_gpu_jobs_to_the_cluster(tmp_path):
@@ -114,7 +142,7 @@ def test_gpu_types_map_gpu_jobs_to_the_cluster(tmp_path):
                   f"report={tmp_path}/report.html")  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     jobs = r.stdout.split("\nrule ")
-    for rule in ("environment", "attention_benchmark", "hbm_traffic"):
+    for rule in ("environment", "benchmark"):
         h200 = next(j for j in jobs if j.startswith(f"{rule}:") and "wildcards: gpu=h200" in j)
         assert "slurm_partition=gpu, slurm_extra=--gres=gpu:h200:1, constraint=h200" in h200
         a100 = next(j for j in jobs if j.startswith(f"{rule}:") and "wildcards: gpu=a100" in j)

@@ -3,7 +3,9 @@ rule audit:
     input:
         registry="analysis/audit/registry.yaml",
         specs="analysis/core/gpu_specs.yaml",
-        tables=lambda w: [p for files in audit_tables().values() for p in files.values()],
+        tables=lambda w: [
+            p for files in audit_tables().values() for p in files.values()
+        ],
     output:
         update(f"{RESULTS}/audit/verdicts.csv"),
     log:

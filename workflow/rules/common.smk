@@ -203,10 +203,15 @@ def comparison_families():
 
 def audit_tables():
     """Table name -> GPU type (or "-" for a GPU-independent one) -> file: what the audit reads."""
-    out = {t: {g: table_path(g, t) for g in report_gpus() if table_path(g, t)} for t in TABLES}
+    out = {
+        t: {g: table_path(g, t) for g in report_gpus() if table_path(g, t)}
+        for t in TABLES
+    }
     for name, shards in MACHINE.items():
         for shard in sorted(shards):
-            out.setdefault(FAMILIES[name].table, {})["-"] = f"{RESULTS}/{name}/{shard}.csv"
+            out.setdefault(FAMILIES[name].table, {})[
+                "-"
+            ] = f"{RESULTS}/{name}/{shard}.csv"
     return {t: files for t, files in out.items() if files}
 
 
@@ -217,6 +222,27 @@ def _alternatives(names):
 wildcard_constraints:
     gpu=_alternatives(report_gpus() + [CPU_SLUG]),
     family=_alternatives(FAMILIES),
-    shard=_alternatives([s for shards in [*SHARDS.values(), *MACHINE.values()] for s in shards]),
+    shard=_alternatives(
+        [s for shards in [*SHARDS.values(), *MACHINE.values()] for s in shards]
+    ),
     table=_alternatives(TABLES),
     check=_alternatives(CHECKS),
+
+
+# ---- summaries: a result set's measured summary (workflow/rules/summary.smk) ----------------------------
+SUMMARY_ROOTS = [r for r in (RESULTS, REFERENCE) if r is not None]
+
+
+def set_tables(root, gpu):
+    """The tables (and environment) a result set's summary is made from."""
+    if root == RESULTS:
+        files = list(tables_of(gpu).values()) if gpu in measured_gpus() else []
+    else:
+        files = [str(p) for p in sorted(Path(root, gpu).glob("*.csv"))]
+    return files + [f"{root}/{gpu}/environment.json"]
+
+
+def summary_paths():
+    return [f"{RESULTS}/{g}/summary.md" for g in measured_gpus()] + [
+        f"{REFERENCE}/{g}/summary.md" for g in SHIPPED
+    ]

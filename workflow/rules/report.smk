@@ -70,7 +70,7 @@ rule report:
             )
             for g in report_gpus()
         ],
-        checks=f"{RESULTS}/{CPU_SLUG}/checks.csv" if CHECKS else None,
+        checks=lambda w, input: input.checks[0] if input.checks else None,
         comparison=lambda w: [
             f"{RESULTS}/report/compare/{f}" for f in comparison_families()
         ],

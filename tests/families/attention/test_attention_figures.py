@@ -32,8 +32,9 @@ def make_rows() -> list[dict]:
         for n in (256, 1024, 4096, 16384):
             for impl, rel, mem in (("ours-fa2", 1.0, 1.0), ("ours-fa1", 2.0, 1.0), ("naive", 4.0, n / 64)):
                 status = "oom" if impl == "naive" and n == 16384 else "ok"
-                rows.append(attention_row("fa1-setting", impl, n, d=64, b=8, h=12, mode=mode, ms=rel * n / 256, status=status,
-                                 peak_mem_mib=mem * n / 128 if status == "ok" else float("nan")))  # fmt: skip
+                rows.append(attention_row("fa1-setting", impl, n, d=64, b=8, h=12, mode=mode, ms=rel * n / 256,
+                                          status=status,
+                                          peak_mem_mib=mem * n / 128 if status == "ok" else float("nan")))  # fmt: skip
     for d in (32, 128, 256):  # gain surface, one point failed
         for n in (512, 4096):
             rows.append(attention_row("gain-surface", "ours-fa2", n, d=d, b=16384 // n, ms=n / 512))
@@ -72,8 +73,8 @@ def make_rows() -> list[dict]:
     for mode in ("fwd", "fwd+bwd"):  # varlen, one batch; the padded SDPA run failed in fwd+bwd
         for impl, ms in (("ours-varlen", 1.0), ("ours-fa2-padded", 4.0), ("sdpa-efficient-padded", 9.0)):
             status = "error" if impl == "sdpa-efficient-padded" and mode == "fwd+bwd" else "ok"
-            rows.append(attention_row("varlen", impl, 3772, b=16, mode=mode, causal=True, ms=ms, status=status, tokens=17741,
-                             pad_waste=0.85))  # fmt: skip
+            rows.append(attention_row("varlen", impl, 3772, b=16, mode=mode, causal=True, ms=ms, status=status,
+                                      tokens=17741, pad_waste=0.85))  # fmt: skip
     return rows
 
 

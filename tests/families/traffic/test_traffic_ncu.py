@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from traffic_fixture import ENV, GEMM, L2, NCU_CSV, SIDECAR, SOFTMAX, B, D, H, N
+from traffic_fixture import ENV, L2, NCU_CSV, SIDECAR, SOFTMAX, B, D, H, N
 
 from analysis import registry
 from analysis.core import models

@@ -5,6 +5,7 @@ without a GPU or ncu: ``ncu`` is a fake script on PATH where a run needs one."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
