@@ -25,6 +25,8 @@ import pandas as pd
 
 from analysis import registry
 from analysis.core import outputs, validate
+from analysis.core.family import Family
+from analysis.core.paths import ROOT
 from analysis.core.summaries import Line
 
 _BLOCK = re.compile(r"(<!-- measured: (?P<folder>\S+) -->\n)(?P<body>.*?)(<!-- /measured -->)", re.S)
@@ -37,13 +39,13 @@ def read_tables(folder: str | Path) -> dict[str, pd.DataFrame]:
             if (folder / f"{name}.csv").is_file()}  # fmt: skip
 
 
-def lines(tables: dict[str, pd.DataFrame]) -> list[tuple[str, Line]]:
-    """(family title, line) of every family that summarises its tables, in registry order."""
+def lines(tables: dict[str, pd.DataFrame]) -> list[tuple[Family, Line]]:
+    """(family, line) of every family that summarises its tables, in registry order."""
     out = []
     for fam in registry.FAMILIES.values():
         module = fam.module("summary")
         if module is not None:
-            out += [(fam.title, line) for line in module.lines(tables)]
+            out += [(fam, line) for line in module.lines(tables)]
     return out
 
 
@@ -51,11 +53,11 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|") or "—"
 
 
-def _table(rows: list[Line], family: str | None = None) -> list[str]:
+def _table(rows: list[tuple[Family, Line]], family: bool = False) -> list[str]:
     head = (["family"] if family else []) + ["measured", "value", "target", "met?"]
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for title, line in rows:
-        cells = ([title] if family else []) + [line.what, line.measured, line.target, line.met]
+    for fam, line in rows:
+        cells = ([fam.name] if family else []) + [line.what, line.measured, line.target, line.met]
         out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return out
 
@@ -71,23 +73,36 @@ def _provenance(folder: Path) -> str:
             f"torch {env['torch']}, Triton {env['triton']}, commit {env['git_sha'][:12]}{commits}")  # fmt: skip
 
 
+def _shown(folder: Path) -> str:
+    """The folder as the command that regenerates its summary names it: relative to the repository."""
+    try:
+        return str(folder.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(folder)
+
+
 def markdown(folder: str | Path) -> str:
     """``summary.md`` of the result set in ``folder``."""
     folder = Path(folder)
     found = lines(read_tables(folder))
     out = [f"# Measured on {folder.name}", "",
-           f"Generated from the tables of this folder by `python -m analysis.summary {folder}` (the workflow's rule "
-           "`summary`); do not edit. Every value is computed from the rows, each ratio between rows of the same run "
-           "and shape; the report shows every point.", "", f"Environment: {_provenance(folder)}.", ""]  # fmt: skip
-    for title in dict.fromkeys(t for t, _ in found):
-        out += [f"## {title}", "", *_table([(t, line) for t, line in found if t == title]), ""]
+           f"Generated from the tables of this folder by `python -m analysis.summary {_shown(folder)}` (the workflow's "
+           "rule `summary`); do not edit. Every value is computed from the rows, each ratio between rows of the same "
+           "run and shape; the report shows every point.", "", f"Environment: {_provenance(folder)}.", ""]  # fmt: skip
+    for fam in dict.fromkeys(f for f, _ in found):
+        out += [f"## {fam.title}", "", *_table([(f, line) for f, line in found if f is fam]), ""]
     return "\n".join(out)
 
 
 def readme_block(folder: str | Path) -> str:
     """The README's table of a result set: its lines that have a target."""
-    rows = [(t, line) for t, line in lines(read_tables(folder)) if line.target]
-    return "\n".join(_table(rows, family="family")) + "\n"
+    rows = [(f, line) for f, line in lines(read_tables(folder)) if line.target]
+    return "\n".join(_table(rows, family=True)) + "\n"
+
+
+def measured_blocks(text: str) -> list[str]:
+    """The result-set folders whose measured tables ``text`` (the README) holds, in order."""
+    return [m.group("folder") for m in _BLOCK.finditer(text)]
 
 
 def readme(text: str, root: str | Path = ".") -> str:

@@ -76,7 +76,7 @@ def body_attr(dom: str, name: str) -> str:
 def test_report_loads_and_every_figure_renders(rendered):
     html, out = rendered
     dom = dump_dom(html)
-    figures = sum(1 for _ in out.glob("figures/*/*.png"))
+    figures = sum(1 for _ in out.glob("figures/*/*/*.png"))
     assert figures > 0
     assert int(body_attr(dom, "data-load-errors")) == 0
     assert int(body_attr(dom, "data-images")) == figures
