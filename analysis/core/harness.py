@@ -17,10 +17,9 @@ Method, per benchmark point:
    holds none of the inputs, and by a GPU-side wait of ``GPU_WAIT_CYCLES`` (about 100 µs, through
    ``torch.cuda._sleep``), so that the host has queued the call before the start event fires; we report
    the median and the 20th/80th percentiles. The wait makes the number GPU time even for a call whose
-   host side (argument handling, launches) takes longer than overwriting the buffer: with
-   ``triton.testing.do_bench`` (the method before, the same but for the wait) an H200 decode-size int4
-   matmul of about 25 µs of GPU time with about 30 µs of host time per call measured 25 to 48 µs from run
-   to run, its 20th and 80th percentiles up to 1.9× apart.
+   host side (argument handling, launches) takes longer than overwriting the buffer: without it (as with
+   ``triton.testing.do_bench``) such a call's timings include part of its host side, varying from run to
+   run.
    Because the wait hides the host side, that is measured on its own (``host_ms``): after the timed
    repetitions, ``HOST_REPS`` calls, each timed with the host's clock from a synchronised, idle GPU to the
    call's return (its launches queued, not finished), the median kept. That is what one eager call costs

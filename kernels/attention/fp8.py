@@ -39,13 +39,8 @@ not, GQA, all granularities, rotation) and on an H200 (the GPU-marked tests, bf1
 Compiled with Triton 3.6 for sm_90 both products are ``wgmma.mma_async ... f32.e4m3.e4m3`` and P is
 converted by ``cvt.rn.satfinite.e4m3x2.f32``; for sm_89 ``mma.sync ... e4m3``. FP8 wgmma takes its B operand
 K-major only, so V is best stored sequence-contiguous (``quantize_qkv`` does it; a row-major V is
-transposed in shared memory inside the loop: 2.5× slower on the H200). The shipped H200 run
-(reports/reference/h200, experiment ``fp8-speed``: d = 128, B·N = 16384, 16 heads, pre-quantised inputs,
-N ≥ 4096) measured 694–713 TFLOP/s per tensor and 634–656 per block without a mask, 553–664 causal, against
-444–489 for our bf16 FA-2 without a mask (413–461 causal), 657–669 for SDPA's cuDNN backend in bf16 without a
-mask (so above per-block FP8) and 1264–1433 for ``torch._scaled_mm`` on 8192³ in the same run; the softmax's
-exponentials are not overlapped with the tensor cores here (FlashAttention-3 does that with warp
-specialisation and ping-pong scheduling), which is where the rest of the FP8 peak goes.
+transposed in shared memory inside the loop, which is slower). The softmax's exponentials are not overlapped
+with the tensor cores here (FlashAttention-3 does that with warp specialisation and ping-pong scheduling).
 
 Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
 configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch
