@@ -12,7 +12,9 @@ nothing the comparison needs), its results written under ``DIR/<old|new>/``. The
 - tables: every table of the HTML report (its text, cell by cell), as a multiset: the same tables, in
   whatever section order.
 
-Prints one line per compared file and a summary; exits 1 when anything differs.
+Text is compared after two normalisations: each run's results folder is written ``results/`` (the verdicts'
+evidence names the files it read), and every ``--moved OLD=NEW`` path is replaced (a module the evidence names
+that a refactoring moved). Prints one line per compared file and a summary; exits 1 when anything differs.
 """
 
 from __future__ import annotations
@@ -46,8 +48,15 @@ def figure_tables(results: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted((results / "report").rglob("*.csv"))}
 
 
-def report_tables(path: Path) -> collections.Counter:
-    text = path.read_text(encoding="utf-8")
+def normalise(text: str, run: Path, moved: dict[str, str]) -> str:
+    text = text.replace(f"{run / 'results'}/", "results/")
+    for old, new in moved.items():
+        text = text.replace(old, new)
+    return text
+
+
+def report_tables(path: Path, moved: dict[str, str]) -> collections.Counter:
+    text = normalise(path.read_text(encoding="utf-8"), path.parent, moved)
     out = collections.Counter()
     for table in re.findall(r"<table.*?</table>", text, re.S):
         cells = [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>",
@@ -70,12 +79,16 @@ def same_frames(a: pd.DataFrame, b: pd.DataFrame) -> str:
     return ""
 
 
-def compare(old: Path, new: Path) -> list[tuple[str, str]]:
+def verdicts(run: Path, moved: dict[str, str]) -> pd.DataFrame:
+    df = pd.read_csv(run / "results" / "audit" / "verdicts.csv", keep_default_na=False)
+    df["evidence"] = [normalise(e, run, moved) for e in df["evidence"]]
+    return df.sort_values(["claim_id", "gpu"])
+
+
+def compare(old: Path, new: Path, moved: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """(what, '' or how it differs) for every compared file."""
-    out = []
-    keys = ["claim_id", "gpu"]
-    va = pd.read_csv(old / "results" / "audit" / "verdicts.csv", keep_default_na=False).sort_values(keys)
-    vb = pd.read_csv(new / "results" / "audit" / "verdicts.csv", keep_default_na=False).sort_values(keys)
+    out, moved = [], moved or {}
+    va, vb = verdicts(old, moved), verdicts(new, {})
     shared = [c for c in va.columns if c in vb.columns]
     out.append(("verdicts.csv", same_frames(va[shared], vb[shared])))
     fa, fb = figure_tables(old / "results"), figure_tables(new / "results")
@@ -84,7 +97,7 @@ def compare(old: Path, new: Path) -> list[tuple[str, str]]:
             out.append((f"figure {name}", f"only in {'new' if name in fb else 'old'}"))
             continue
         out.append((f"figure {name}", same_frames(pd.read_csv(fa[name]), pd.read_csv(fb[name]))))
-    ta, tb = report_tables(old / "report.html"), report_tables(new / "report.html")
+    ta, tb = report_tables(old / "report.html", moved), report_tables(new / "report.html", {})
     for label, (x, y) in {"only in old": (ta, tb), "only in new": (tb, ta)}.items():
         for table, n in (x - y).items():
             out.append((f"report table {table[:80]!r}", f"{label} ({n}×)"))
@@ -98,12 +111,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("--work", type=Path, default=Path("compare-runs"))
     ap.add_argument("--no-run", action="store_true", help="compare the results already under --work")
+    ap.add_argument("--moved", action="append", default=[], metavar="OLD=NEW",
+                    help="a path the old run's text names that the new one names NEW (repeatable)")
     args = ap.parse_args(argv)
     work = args.work.resolve()
     if not args.no_run:
         run(args.old.resolve(), work / "old")
         run(args.new.resolve(), work / "new")
-    results = compare(work / "old", work / "new")
+    results = compare(work / "old", work / "new", dict(m.split("=", 1) for m in args.moved))
     for what, diff in results:
         print(f"{'same' if not diff else 'DIFFERS'}  {what}" + (f": {diff}" if diff else ""))
     bad = sum(1 for _, d in results if d)
