@@ -2,7 +2,7 @@
 
 Gluon kernels do not run in Triton's interpreter, but ``triton.compile`` builds them for a ``GPUTarget`` on
 any machine (``analysis.families.compiled.run.fa3_kernel``). One subprocess (Triton must not be in interpreter
-mode) compiles every variant and prints ``analysis.sass.summary`` of each; the tests check that the machine
+mode) compiles every variant and prints ``sass.summary`` of each; the tests check that the machine
 code holds what the design says: warpgroup MMAs (no per-warp MMA), TMA loads exactly where the schedule uses
 TMA and per-thread asynchronous copies where it does not, ``setmaxnreg`` register moves with warp
 specialisation, the turn-passing barriers of ping-pong, the wait for all but one wgmma group of the intra-
@@ -30,7 +30,7 @@ _SCRIPT = textwrap.dedent(
     """
     import json, sys
     from concurrent.futures import ProcessPoolExecutor
-    from analysis import sass
+    from analysis.families.compiled import sass
     from analysis.families.compiled import run as compiled
 
     def one(job):
