@@ -149,7 +149,7 @@ _DEFAULT_TILES = {64: FA3Config(128, 3), 128: FA3Config(128, 2), 256: FA3Config(
 
 
 # FP8: K/V tiles of half the bytes, so deeper rings; O gets a 16-bit staging buffer of its own.
-_DEFAULT_TILES_FP8 = {64: FA3Config(128, 4), 128: FA3Config(128, 3), 256: FA3Config(128, 2)}
+_DEFAULT_TILES_FP8 = {64: FA3Config(128, 4), 128: FA3Config(128, 3), 256: FA3Config(64, 3)}
 
 
 def default_config(head_dim: int, fp8: bool = False) -> FA3Config:
@@ -412,15 +412,17 @@ def forward_fp8(
     if out.numel() == 0 or seqlen_k == 0:
         lse.fill_(float("-inf"))
         return out.zero_(), lse
-    _launch(q8, k8, _keys_aligned(vt8), out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale,
+    _launch(q8, k8, _keys_aligned(vt8, schedule.tma), out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale,
             config=config, schedule=schedule, p_scale=p_scale, q_block=q_block, kv_block=kv_block)  # fmt: skip
     return out, lse
 
 
-def _keys_aligned(vt: torch.Tensor) -> torch.Tensor:
-    """``vt`` ``[B, H, d, N]`` itself if TMA can read it, else a copy whose rows start 16 bytes apart (keys
-    padded to a multiple of 16 e4m3 values), viewed back to N keys."""
-    if _tma_strides(vt) is not None:
+def _keys_aligned(vt: torch.Tensor, tma: bool) -> torch.Tensor:
+    """``vt`` ``[B, H, d, N]`` itself if the kernel can read it, else a copy whose rows start 16 bytes apart
+    (keys padded with zeros to a multiple of 16 e4m3 values), viewed back to N keys. TMA reads N keys and
+    fills the rest of a tile with zeros; the per-thread copies (``tma=False``) read 16 keys at a time, so
+    they need the padding to be there and zero unless N is a multiple of 16."""
+    if _tma_strides(vt) is not None and (tma or vt.shape[-1] % 16 == 0):
         return vt
     n = vt.shape[-1]
     padded = torch.zeros((*vt.shape[:-1], triton.cdiv(n, 16) * 16), device=vt.device, dtype=vt.dtype)

@@ -76,12 +76,16 @@ def _tile_range(start_m, seqlen_q, seqlen_k, CTA_M: gl.constexpr, BLOCK_N: gl.co
 
 
 @gluon.jit
-def _cp_async_tile(dst, base, row0, col0, nrows, ncols, stride_row, CHUNK: gl.constexpr, layout: gl.constexpr):
+def _cp_async_tile(dst, base, row0, col0, nrows, ncols, stride_row, CHUNK: gl.constexpr, layout: gl.constexpr,
+                   COL_GRAIN: gl.constexpr = 1):  # fmt: skip
     """Per-thread asynchronous copies of the (ROWS, COLS) tile at (row0, col0) of a row-major matrix into
     ``dst``, CHUNK rows at a time (few live addresses per thread); rows at or past ``nrows`` and columns at or
-    past ``ncols`` are zero-filled."""
+    past ``ncols`` rounded up to COL_GRAIN are zero-filled. A COL_GRAIN of 16 bytes keeps the copies 16 bytes
+    wide when the columns are the contiguous axis (the caller guarantees the rounded-up columns are
+    allocated and finite)."""
     ROWS: gl.constexpr = dst.shape[0]
     COLS: gl.constexpr = dst.shape[1]
+    ncols = (ncols + COL_GRAIN - 1) // COL_GRAIN * COL_GRAIN
     cols = col0 + gl.arange(0, COLS, gl.SliceLayout(0, layout))
     for r in gl.static_range(0, ROWS, CHUNK):
         rows = row0 + r + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
@@ -215,7 +219,8 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
         if USE_TMA:
             _tma_v(v_desc, b, h_kv, j, v_ready.index(slot), v_smem.index(slot), V_T)
         elif V_T:
-            _cp_async_tile(v_smem.index(slot), v_ptr, 0, j * BLOCK_N, HEAD_DIM, seqlen_k, stride_vn, 32, v_layout)
+            _cp_async_tile(v_smem.index(slot), v_ptr, 0, j * BLOCK_N, HEAD_DIM, seqlen_k, stride_vn, 32, v_layout,
+                           16)
             async_copy.mbarrier_arrive(v_ready.index(slot), increment_count=False)
         else:
             _cp_async_tile(v_smem.index(slot), v_ptr, j * BLOCK_N, 0, seqlen_k, HEAD_DIM, stride_vn, 32, v_layout)
