@@ -447,7 +447,8 @@ CEILINGS = {"fp8-mm": "FP8 GEMM ceiling", "bf16-mm": "bf16 GEMM ceiling"}
 
 
 def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
-    """Forward TFLOP/s against N of our FP8 kernel, our bf16 FA-2 and SDPA (experiment ``fp8-speed``), one
+    """Forward TFLOP/s against N of our FP8 kernels (on quantised inputs and, ``-e2e``, on the bf16 ones with
+    the quantiser timed), our bf16 FA-3 / FA-2 and SDPA (experiment ``fp8-speed``), one
     panel per (head_dim, mask), with this run's FP8 and bf16 GEMM ceilings (median over the shard's
     points) as horizontal lines; the returned table adds each row's speed-up over ours-fa2."""
     d = prepare(df, "fp8-speed")
@@ -478,7 +479,8 @@ def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
         axes[0, 0].set_ylabel("forward TFLOP/s")
         axes[0, 0].set_ylim(bottom=0)
         axes[0, -1].legend(fontsize=7.5, loc="lower right")
-        fig.suptitle(_title(d, "FP8 attention forward (inputs quantised before timing)"), fontweight="bold")
+        fig.suptitle(_title(d, "FP8 attention forward: inputs quantised before timing; -e2e: quantisation timed too"),
+                     fontweight="bold")  # fmt: skip
         fig.tight_layout()
         _save(fig, out_png, missing_note(failed(d)))
     keys = ["dtype", "head_dim", "causal", "batch", "heads", "seqlen_q", "seqlen_k"]

@@ -19,7 +19,7 @@ real cost is in each shard's log.
 
 from __future__ import annotations
 
-from analysis.experiments.spec import FA3_IMPLS, Spec
+from analysis.experiments.spec import FA3_IMPLS, FP8_IMPLS, Spec
 from analysis.flops import attention_flops
 
 MODE_SLUG = {"fwd": "", "bwd": "_bwd", "fwd+bwd": "_fwdbwd"}
@@ -35,7 +35,7 @@ NOMINAL_TFLOPS = {
     "sdpa-math": 25,
     "sdpa-efficient": 170,
     "copy-kv": 1e9,
-    **{f"ours-fp8-{g}": 600 for g in ("none", "tensor", "head", "block")},
+    **{impl: 600 for impl in FP8_IMPLS},
     **{impl: 550 for impl in FA3_IMPLS},
 }
 # Compiling a kernel specialisation (dtype, head dim, mask, even/uneven tails) the first time, with an empty
@@ -236,6 +236,8 @@ def compile_keys(fields: dict) -> set[tuple]:
             kernel = "ours-fa2" if impl == "ours-fa2-padded" else impl
             if impl in FA3_IMPLS:
                 keys.add(("gluon", kernel, *setting[:3]))
+            elif impl in FP8_IMPLS and "-triton" not in impl:  # the FA-3 kernel on e4m3: one variant per mask
+                keys.add(("gluon", impl.removesuffix("-e2e"), *setting[:3]))
             elif cfg is not None:
                 keys.add(("fixed", kernel, cfg, *setting))
             else:

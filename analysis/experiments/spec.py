@@ -12,12 +12,16 @@ import re
 DENSE_IMPLS = ("ours-fa2", "ours-fa1", "naive", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn")
 DECODE_IMPLS = ("ours-decode", "ours-decode-unsplit", "copy-kv")
 VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
-# FP8 attention (kernels/attention/fp8.py): ours-fp8-<granularity>[-rot][-p1]: the scales' granularity
-# ("none": cast without scaling), -rot: incoherent processing (Q and K rotated before quantising), -p1: P
-# cast to e4m3 without its scale of 256. fp8-mm / bf16-mm: this run's GEMM ceilings (torch._scaled_mm in
-# e4m3, torch.matmul in bf16, 8192³), measured once per fp8-speed shard.
+# FP8 attention (kernels/attention/fp8.py): ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]: the scales'
+# granularity ("none": cast without scaling), -rot: incoherent processing (Q and K rotated before
+# quantising), -p1: P cast to e4m3 without its scale of 256, -triton: the portable Triton kernel (else the
+# FA-3 kernel on Hopper, the Triton one elsewhere), -e2e: fp8.attention on the 16-bit inputs, quantisation
+# timed with the kernel (else inputs quantised before timing, FlashAttention-3's convention). fp8-mm /
+# bf16-mm: this run's GEMM ceilings (torch._scaled_mm in e4m3, torch.matmul in bf16, 8192³), measured once
+# per fp8-speed shard.
 FP8_GRANULARITIES = ("none", "tensor", "head", "block")
-FP8_IMPLS = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
+_FP8_BASE = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
+FP8_IMPLS = tuple(f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e"))
 CEILING_IMPLS = ("fp8-mm", "bf16-mm")
 # FlashAttention-3 (kernels/attention/fa3.py, Gluon, sm_90): ours-fa3 is its full schedule; ours-fa3-<name>
 # the same kernel with one technique switched off (the names of fa3.SCHEDULES; a test keeps them equal).
@@ -34,7 +38,7 @@ EXPERIMENT_IMPLS = {
     "memory": DENSE_IMPLS,
     "decode": DECODE_IMPLS + DENSE_IMPLS,
     "varlen": VARLEN_IMPLS,
-    "fp8-speed": FP8_IMPLS + DENSE_IMPLS + CEILING_IMPLS,
+    "fp8-speed": FP8_IMPLS + ("ours-fa3",) + DENSE_IMPLS + CEILING_IMPLS,
     "fp8-accuracy": FP8_IMPLS + DENSE_IMPLS,
     "fa3-ablation": FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
     "interpreter-check": DENSE_IMPLS,

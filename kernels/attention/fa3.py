@@ -158,7 +158,9 @@ def default_config(head_dim: int, fp8: bool = False) -> FA3Config:
     return (_DEFAULT_TILES_FP8 if fp8 else _DEFAULT_TILES)[head_dim]
 
 
-def _config_in_effect(head_dim: int, config: FA3Config | None, fp8: bool = False) -> FA3Config:
+def config_in_effect(head_dim: int, config: FA3Config | None = None, fp8: bool = False) -> FA3Config:
+    """``config`` itself, else the tiles pinned by ``KERNELS_FA3_CONFIG`` (``KERNELS_FA3_FP8_CONFIG`` for
+    ``fp8``), else ``default_config``."""
     if config is not None:
         if not isinstance(config, FA3Config):
             raise TypeError(f"config must be an FA3Config, got {type(config).__name__}")
@@ -321,7 +323,7 @@ def forward(
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
-    config = _config_in_effect(d, config)
+    config = config_in_effect(d, config)
     _LAST_CONFIG[0] = (config, schedule)
     out = torch.empty((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)
     lse = torch.empty((b, h, seqlen_q), device=q.device, dtype=torch.float32)
@@ -399,7 +401,7 @@ def forward_fp8(
     b, h, seqlen_q, _ = q8.shape
     seqlen_k = k8.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
-    config = _config_in_effect(d, config, fp8=True)
+    config = config_in_effect(d, config, fp8=True)
     q_block = _ROWS_PER_CONSUMER if q_block is None else q_block
     kv_block = config.block_n if kv_block is None else kv_block
     if q_scale.dim() == 3 and q_block % _ROWS_PER_CONSUMER:

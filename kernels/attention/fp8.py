@@ -480,7 +480,7 @@ def blocks(kernel: str, head_dim: int, config=None) -> tuple[int, int]:
     """(Q rows, K/V rows) per block scale for ``kernel``'s tiles: what ``quantize_qkv`` gives per-block scales
     for and what ``forward_quantized`` assumes by default."""
     if kernel == "fa3":
-        cfg = config if isinstance(config, fa3.FA3Config) else fa3.default_config(head_dim, fp8=True)
+        cfg = fa3.config_in_effect(head_dim, config if isinstance(config, fa3.FA3Config) else None, fp8=True)
         return fa3.ROWS_PER_CONSUMER, cfg.block_n
     cfg = config_in_effect(head_dim, config)
     return cfg.block_m, cfg.block_n
