@@ -137,10 +137,10 @@ def _quantize_kernel(
             amax = tl.load(AMAX + group).to(tl.float32, bitcast=True)
             first = (pid_n == 0) & ((GRANULARITY == 2) | (off_bh == 0))  # one program per group writes
         finite = amax < float("inf")  # False for +Inf and NaN
-        scale = tl.where(amax > 0.0, amax / 448.0, 1.0)
+        scale = tl.where(amax > 0.0, tl.math.div_rn(amax, 448.0), 1.0)  # IEEE division, as torch
         scale = tl.where(finite, scale, amax)  # a non-finite group's scale is non-finite: so are its outputs
         tl.store(SCALE + group, scale, mask=first)
-    y = tl.minimum(tl.maximum(x / scale, -448.0), 448.0)
+    y = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
     y = tl.where(x != x, x, y)  # NaN stays NaN (the clamp would hide it)
     if EMULATE:
         y = _round_to_e4m3(y)

@@ -339,7 +339,9 @@ def test_p_scale_is_a_choice_and_matches_emulation(p_scale, kernel, device):
     emu256 = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n)
     err, _ = tolerance.error_stats(out.cpu(), emu)
     err256, _ = tolerance.error_stats(out.cpu(), emu256)
-    assert err <= 2.0**-9 * emu.abs().max().item() + 2.0**-6, f"p_scale={p_scale}: {err:.3e} from its emulation"
+    v_max = fp8.dequantize(v8, vs, kv_block).abs().max().item()  # an element of P rounded one e4m3 step off
+    bound = 2.0**-9 * emu.abs().max().item() + 2.0**-6 * v_max
+    assert err <= bound, f"p_scale={p_scale}: {err:.3e} from its emulation"
     assert err < err256, "the kernel's result must follow its P scale (it matched the default's emulation better)"
 
 
