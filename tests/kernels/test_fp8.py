@@ -337,12 +337,13 @@ def test_p_scale_is_a_choice_and_matches_emulation(p_scale, kernel, device):
     emu = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n,
                       p_scale=p_scale)  # fmt: skip
     emu256 = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n)
-    err, _ = tolerance.error_stats(out.cpu(), emu)
-    err256, _ = tolerance.error_stats(out.cpu(), emu256)
+    err, rms = tolerance.error_stats(out.cpu(), emu)
+    _, rms256 = tolerance.error_stats(out.cpu(), emu256)
     v_max = fp8.dequantize(v8, vs, kv_block).abs().max().item()  # an element of P rounded one e4m3 step off
     bound = 2.0**-9 * emu.abs().max().item() + 2.0**-6 * v_max
     assert err <= bound, f"p_scale={p_scale}: {err:.3e} from its emulation"
-    assert err < err256, "the kernel's result must follow its P scale (it matched the default's emulation better)"
+    # in RMS: on a GPU one element of P rounded a step off (exp2 is approximate) can dominate the max-abs error
+    assert rms < rms256, "the kernel's result must follow its P scale (it matched the default's emulation better)"
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
