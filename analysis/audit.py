@@ -1059,8 +1059,8 @@ def fp8_2pf(claim, ctx):
         for impl, what in (("ours-fp8-block", "inputs quantised"), ("ours-fp8-block-e2e", "end to end")):
             att = _pair(long, keys, bf16, impl)
             if len(att):
-                att_text += f"; our FP8 attention forward ({what}) {_span(att['ms_median_a'] / att['ms_median_b'], '.2f')}" \
-                            f" our bf16 {bf16} at N ≥ 4096"  # fmt: skip
+                span = _span(att["ms_median_a"] / att["ms_median_b"], ".2f")
+                att_text += f"; our FP8 attention forward ({what}) {span} our bf16 {bf16} at N ≥ 4096"
         peak, name = _peak(gpu, "fp8")
         verdict = "holds" if within(gemm, ratio, claim.tolerance) else "partly" if gemm > 1 else "fails"
         return Verdict(

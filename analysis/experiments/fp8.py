@@ -211,8 +211,9 @@ def _speed_fp8(spec: Spec, impl: str, q, k, v, sample, base: dict, timed: bool) 
         metrics.update(max_abs_err=check.max_abs, rms_err=check.rms, ref_err=check.ref_err, err_bound=check.bound)
         if not check.ok:
             return att.make_row(base, impl, "mismatch", check.describe(), **metrics)
-        note = ("end to end: quantisation and kernel timed together" if call.e2e else
-                "inputs quantised before timing (the kernel alone)") + "; error against float64 of the dequantised inputs"
+        timing = "end to end: quantisation and kernel timed together" if call.e2e else \
+            "inputs quantised before timing (the kernel alone)"  # fmt: skip
+        note = timing + "; error against float64 of the dequantised inputs"
         if not timed:
             return att.make_row(base, impl, "ok", note, **metrics)
         metrics.update(att.time_call(call, spec))

@@ -414,8 +414,9 @@ def forward_fp8(
     if out.numel() == 0 or seqlen_k == 0:
         lse.fill_(float("-inf"))
         return out.zero_(), lse
-    _launch(q8, k8, _keys_aligned(vt8, schedule.tma), out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale,
-            config=config, schedule=schedule, p_scale=p_scale, q_block=q_block, kv_block=kv_block)  # fmt: skip
+    vt8 = _keys_aligned(vt8, schedule.tma)
+    _launch(q8, k8, vt8, out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale, config=config,
+            schedule=schedule, p_scale=p_scale, q_block=q_block, kv_block=kv_block)  # fmt: skip
     return out, lse
 
 

@@ -1049,10 +1049,10 @@ def test_same_data_same_verdicts_and_bands(registry):
 
 
 def test_the_shipped_fp8_ratio_is_borderline(full):
-    """A fresh H200 run flipped fp8-2pf from partly to holds (1.94× against 1.97×): the shipped rows' band
-    already says it sits on the edge. Most measured verdicts do not move."""
+    """H200 runs have put fp8-2pf on both sides of its 2% tolerance (1.94×, 1.96× against 1.97×): whichever
+    side the shipped medians fall on, the band says the verdict sits on the edge. Most verdicts do not move."""
     row = full[(full["claim_id"] == "fp8-2pf") & (full["gpu"] == "h200")].iloc[0]
-    assert row["verdict"] == "partly" and row["borderline"] and row["band"] == "holds, partly"
+    assert row["borderline"] and row["band"] == "holds, partly" and row["verdict"] in ("holds", "partly")
     measured = full[full["gpu"] == "h200"]
     assert 1 <= int(measured["borderline"].sum()) < len(measured) // 4
     assert (full.loc[~full["borderline"], "band"].isin(["", *audit.VERDICTS])).all()

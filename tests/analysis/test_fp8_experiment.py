@@ -94,8 +94,9 @@ def test_accuracy_rows_report_p_underflow_per_p_scale(env):
 
 def test_speed_rows_on_cpu_are_gated_not_timed(env):
     spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
-                hidden=64, impls=["ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-e2e", "ours-fp8-tensor-triton-e2e",
-                                  "ours-fa2", "fp8-mm", "bf16-mm"], check_rows=16)  # fmt: skip
+                hidden=64, impls=["ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-e2e",
+                                  "ours-fp8-tensor-triton-e2e", "ours-fa2", "fp8-mm", "bf16-mm"],
+                check_rows=16)  # fmt: skip
     df = tables.to_frame(attention.run(spec, env, device="cpu", log_line=lambda s: None))
     assert (df["status"] == "ok").all(), df[["impl", "status", "message"]]
     assert not df["timed"].any() and df["tflops"].isna().all()

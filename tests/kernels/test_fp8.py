@@ -225,7 +225,8 @@ def _kernel_on(kernel: str, device: str, head_dim: int) -> None:
 def _tiles(kernel: str, head_dim: int) -> tuple[int, int, int]:
     """(Q rows, K/V rows) per block scale and the keys per online-softmax step of ``kernel``."""
     q_block, kv_block = fp8.blocks(kernel, head_dim)
-    block_n = fa3.config_in_effect(head_dim, fp8=True).block_n if kernel == "fa3" else fp8.config_in_effect(head_dim).block_n
+    config = fa3.config_in_effect(head_dim, fp8=True) if kernel == "fa3" else fp8.config_in_effect(head_dim)
+    block_n = config.block_n
     return q_block, kv_block, block_n
 
 

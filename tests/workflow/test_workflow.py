@@ -46,7 +46,7 @@ def test_cpu_profile_measures_nothing_whatever_config_says(tmp_path):
 def test_nested_config_values_keep_their_types(tmp_path):
     """`--config` with nested keys: numbers inside mappings and lists are numbers (the schema refused
     them as strings), and the keys not named keep the config file's values."""
-    nested = "attention={interpreter_check: {head_dims: [16], seqlens: [33, 65]}, warmup_ms: 12.5}"
+    nested = "attention={interpreter_check: {head_dims: [16], seqlens: [33, 65], seqlen_k: [33, 70]}, warmup_ms: 12.5}"
     types = "gpu_types={h200: {gres: '', partition: gpu}}"  # strings stay strings, the empty one too
     r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", nested, types,
                   f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
@@ -96,7 +96,8 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
 def test_default_budget_is_the_one_quoted_in_the_config():
     """The point counts and seconds quoted in workflow/config.yaml are what the grid module computes now,
     and the default grid stays within its budget (warm cache): under 7 minutes of attention points for the
-    experiments other than FP8 (FA-3's points included), about 2 more for fp8-speed and fp8-accuracy."""
+    experiments other than FP8 (FA-3's points included), under 2.5 more for fp8-speed and fp8-accuracy, and
+    under 9 minutes in all (the pipeline's other rules and first-run compiles fill the rest of ~10)."""
     shards = grid.attention_shards(grid.load_config([CONFIG])["attention"])
     table = grid.budget_table(shards)
     quoted = [line[len("  #   ") :] for line in CONFIG.read_text().splitlines() if line.startswith("  #   ")]
@@ -104,7 +105,8 @@ def test_default_budget_is_the_one_quoted_in_the_config():
     total = grid.budget(shards)
     fp8 = {"fp8-speed", "fp8-accuracy"}
     assert sum(e["seconds"] for name, e in total.items() if name not in fp8) <= 400
-    assert sum(e["seconds"] for name, e in total.items() if name in fp8) <= 130
+    assert sum(e["seconds"] for name, e in total.items() if name in fp8) <= 150
+    assert sum(e["seconds"] for e in total.values()) <= 540
 
 
 def test_gpu_types_map_gpu_jobs_to_the_cluster(tmp_path):
