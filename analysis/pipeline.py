@@ -208,6 +208,7 @@ def render_report(
                 "figures": manifest,
                 "table": tables.read_rows([g["table"]]),
                 "ops_table": ops_tables.read_rows([g["ops_table"]]) if g.get("ops_table") else None,
+                "manifest": _manifest_beside(g["table"]),
             }
         )
     checks = tables.read_rows([checks_csv]) if checks_csv else None
@@ -220,3 +221,14 @@ def render_report(
 
 
 VERDICTS_SCHEMA = "verdicts.schema.yaml"
+
+
+def _manifest_beside(table: str | Path) -> dict | None:
+    """The MANIFEST.json of a shipped result set, next to its table (None for a fresh run's table)."""
+    path = Path(table).parent / "MANIFEST.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise validate.DataError(f"{path}: not valid JSON ({exc})") from None

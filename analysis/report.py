@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from analysis import outputs, validate
+from analysis import claims_view, outputs, quote_font, section_provenance, validate
 from analysis.figures import DTYPE_ORDER, MODE_TEXT, OURS, PALETTE, SECTIONS, fa2_mode
 from analysis.tables import STATUSES
 
@@ -241,7 +241,10 @@ def _gpu(g: dict) -> dict:
         "name": provenance.get("gpu_name") or g["slug"],
         "source": g.get("source", ""),
         "provenance": [(str(k), _value_text(v)) for k, v in provenance.items()],
-        "sections": figure_sections(g.get("figures") or []),
+        "sections": [
+            {**sec, "provenance": section_provenance.describe([table, ops], sec["id"], g.get("manifest"))}
+            for sec in figure_sections(g.get("figures") or [])
+        ],
         "throughput": _throughput(table),
         "status": _table(status_summary(both)) if not both.empty else None,
         "failures": _table(failures(table, ops)) if not both.empty else None,
@@ -263,29 +266,29 @@ def _throughput(table: pd.DataFrame) -> list[dict]:
 VERDICT_ORDER = ("holds", "partly", "fails", "inconsistent", "untestable")
 
 
-def verdict_section(verdicts: pd.DataFrame | None, figure_gpus: set[str]) -> dict | None:
-    """Counts per verdict (and of the borderline ones) and one entry per verdict row, with a link to the
-    figure showing the data; a borderline row carries the verdicts its band reaches.
+def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | None:
+    """The claims: counts per verdict (and of the borderline rows), the first screen's headline claims by
+    topic with thumbnails of their figures, and every verdict row by topic (``analysis.claims_view``), with
+    the values the table's filters offer. Links and thumbnails go only to figures in the report.
 
-    ``figure_gpus``: GPU slugs whose figures are in the report (a link is made only to those).
+    ``gpus``: the report's GPU entries (``slug`` and ``figures``, as ``render_report`` takes them).
     """
     if verdicts is None:
         return None
-    v = verdicts.fillna("")
-    counts = v["verdict"].value_counts()
-    borderline = v["borderline"].astype(str).str.lower().isin(("true", "1")) if "borderline" in v else None
-    rows = []
-    for i, r in enumerate(v.to_dict("records")):
-        link = ""
-        if r.get("figure") and r["gpu"] in figure_gpus:
-            link = f"#fig-{r['gpu']}-{r['figure']}"
-        edge = bool(borderline.iloc[i]) if borderline is not None else False
-        rows.append({**{k: str(r[k]) for k in r}, "link": link, "is_borderline": edge})
+    figures = {(g["slug"], e["name"]): e["png"] for g in gpus for e in g.get("figures") or [] if e.get("png")}
+    rows = claims_view.claim_rows(verdicts, claims_view.load_texts(), {g["slug"] for g in gpus})
+    counts = pd.Series([r["verdict"] for r in rows]).value_counts()
+    topics: dict[str, list[dict]] = {}
+    for r in rows:
+        topics.setdefault(r["topic"], []).append(r)
     return {
         "counts": [(k, int(counts.get(k, 0))) for k in VERDICT_ORDER],
-        "borderline": int(borderline.sum()) if borderline is not None else 0,
-        "claims": int(v["claim_id"].nunique()),
-        "rows": rows,
+        "borderline": sum(r["is_borderline"] for r in rows),
+        "claims": len({r["parent"] or r["claim_id"] for r in rows}),
+        "parts": len(rows),
+        "headlines": claims_view.headlines(rows, figures),
+        "topics": [{"topic": t, "title": claims_view.TOPICS[t], "rows": rs} for t, rs in topics.items()],
+        "filters": list(claims_view.filters(rows).items()),
     }
 
 
@@ -336,7 +339,9 @@ def render_report(
         ],
         gpus=[_gpu(g) for g in gpus],
         checks=_table(correctness) if correctness is not None else None,
-        verdicts=verdict_section(verdicts, {g["slug"] for g in gpus}),
+        verdicts=verdict_section(verdicts, gpus),
+        quote_font_css=Markup(quote_font.css_face()),
+        quote_font_family=quote_font.FAMILY,
         comparison=[_figure(e) for e in comparison] if comparison else None,
         notices=list(notices or []),
     )
