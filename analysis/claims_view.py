@@ -58,7 +58,8 @@ class ClaimText:
 
 
 def load_texts(path: str | Path = audit.REGISTRY) -> dict[str, ClaimText]:
-    """Display fields of every registry entry (and of every part of a compound claim), by claim id.
+    """Display fields of every registry entry, by claim id (a compound claim's parts by theirs, each with
+    the whole's statement and quotes).
     A claim without a known topic, a quote or an English section name is an error naming it."""
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     sources = data["sources"]
@@ -77,7 +78,13 @@ def load_texts(path: str | Path = audit.REGISTRY) -> dict[str, ClaimText]:
         if not src.get("section_en"):
             raise ValueError(f"claim {cid!r}: source has no English section name (section_en)")
         where = f"{sources[src['article']]['title']} ({src['article']}), {src['section_en']}"
-        out[cid] = ClaimText(cid, c["topic"], bool(c.get("headline")), c["statement"], where, quotes)
+        parts = c.get("parts") or []
+        if not parts:
+            out[cid] = ClaimText(cid, c["topic"], bool(c.get("headline")), c["statement"], where, quotes)
+        for p in parts:
+            pid = audit.part_id(cid, p["part"])
+            out[pid] = ClaimText(pid, c["topic"], bool(p.get("headline", c.get("headline"))), p["statement"],
+                                 where, quotes, parent=cid, parent_statement=c["statement"])  # fmt: skip
     return out
 
 

@@ -80,10 +80,10 @@ def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
     png = tmp_path / "fig.png"
     Image.new("RGB", (1200, 600), "white").save(png)
     texts = claims_view.load_texts()
-    assert texts["fa1-speed-mem"].headline and not texts["fa1-blocks"].headline
+    assert texts["fa1-speed-mem.speed"].headline and not texts["fa1-blocks"].headline
     df = _verdicts([
-        {"claim_id": "fa1-speed-mem", "verdict": "holds", "gpu": "-"},
-        {"claim_id": "fa1-speed-mem", "verdict": "fails", "gpu": "h200", "figure": "fa1_figure3"},
+        {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
+        {"claim_id": "fa1-speed-mem.speed", "verdict": "fails", "gpu": "h200", "figure": "fa1_figure3"},
         {"claim_id": "fa1-blocks", "verdict": "holds", "gpu": "-"},
         {"claim_id": "mem-64k", "verdict": "holds", "gpu": "-"},
     ])  # fmt: skip
@@ -144,3 +144,14 @@ def test_section_provenance_counts_rows_per_commit_and_names_the_recorded_change
     assert "not recorded" in section_provenance.describe([att], "fp8-speed", None)["remark"]
     assert section_provenance.describe([att, ops], "quant", None)["commits"] == [("unknown", 1)]
     assert section_provenance.describe([att], "moe", manifest) is None
+
+
+def test_a_compound_claim_shows_as_its_parts_under_the_whole_statement():
+    texts = claims_view.load_texts()
+    assert "fa1-speed-mem" not in texts
+    speed, memory = texts["fa1-speed-mem.speed"], texts["fa1-speed-mem.memory"]
+    assert speed.parent == memory.parent == "fa1-speed-mem"
+    assert speed.parent_statement == memory.parent_statement and "10–20×" in speed.parent_statement
+    assert "2–4×" in speed.statement and "10–20×" in memory.statement and speed.quotes == memory.quotes
+    claims = {c.id for c in audit.load_registry()}
+    assert set(texts) == claims
