@@ -86,6 +86,21 @@ class NoDataError(ValueError):
     """The table holds no rows this figure can draw."""
 
 
+class NotMeasured(NoDataError):
+    """The run did not measure what this figure shows (no row of its experiment or mode, of any status):
+    the report leaves the figure out instead of showing it as not drawn."""
+
+
+def _measured_at_all(df: pd.DataFrame, section: str | None) -> bool:
+    """Whether ``df`` has any row (of any status) of the experiment or family ``section``."""
+    if not section or "experiment" not in df:
+        return True
+    hit = df["experiment"].astype(str) == section
+    if "family" in df:
+        hit |= df["family"].astype(str) == section
+    return bool(hit.any())
+
+
 def _as_bool(s: pd.Series) -> pd.Series:
     # A CSV round trip may hand back real bools or the strings "True"/"False".
     return s.map(lambda v: str(v).strip().lower() in _TRUE).astype(bool)
@@ -263,9 +278,42 @@ def _title(d: pd.DataFrame, what: str) -> str:
     return f"{gpu}: {what}" + (f" ({', '.join(setting)})" if setting else "")
 
 
+def floor_at_zero(ax) -> None:
+    """Start a linear y axis at 0 when everything drawn on it is non-negative (matplotlib's margin would
+    run it below zero, to values no row can have)."""
+    ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+    ys = np.concatenate([y[np.isfinite(y)] for y in ys]) if ys else np.array([])
+    if ax.get_yscale() == "linear" and ys.size and ys.min() >= 0 and ax.get_ylim()[0] < 0:
+        ax.set_ylim(bottom=0)
+
+
+def hide_empty_facets(g: sns.FacetGrid, xlabel: str, ylabel: str) -> None:
+    """Hide the facets nothing was drawn in (a dtype measured at fewer head dims than another), and give
+    the lowest drawn facet of each column the x tick labels and label, the first drawn one of each row the
+    y label, which the hidden ones would have carried."""
+    grid = g.axes
+    for ax in grid.flat:
+        if not ax.has_data():
+            ax.set_visible(False)
+    for j in range(grid.shape[1]):
+        shown = [grid[i, j] for i in range(grid.shape[0]) if grid[i, j].get_visible()]
+        if shown:
+            shown[-1].xaxis.set_tick_params(which="major", labelbottom=True)
+            shown[-1].set_xlabel(xlabel)
+    for i in range(grid.shape[0]):
+        shown = [grid[i, j] for j in range(grid.shape[1]) if grid[i, j].get_visible()]
+        if shown:
+            shown[0].yaxis.set_tick_params(which="major", labelleft=True)
+            shown[0].set_ylabel(ylabel)
+        if shown and not grid[i, -1].get_visible() and g.row_names:  # the row's title sat on its last facet
+            shown[-1].annotate(str(g.row_names[i]), xy=(1.02, 0.5), xycoords="axes fraction", rotation=270,
+                               ha="left", va="center")  # fmt: skip
+
+
 def _finish(g: sns.FacetGrid, title: str, xlabel: str, ylabel: str, legend: dict, out_png) -> None:
     g.set_titles(row_template="{row_name}", col_template="{col_name}")
     g.set_axis_labels(xlabel, ylabel)
+    hide_empty_facets(g, xlabel, ylabel)
     g.add_legend(legend_data=legend, title="implementation")
     g.figure.suptitle(title, fontweight="bold")
     # Room for the title above the column titles, in inches so it holds for any number of rows.
@@ -296,8 +344,10 @@ MODE_TEXT = {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward + backward
 
 def _tflops(df: pd.DataFrame, out_png, mode: str) -> pd.DataFrame:
     d = fa2_mode(df, mode).dropna(subset=["tflops"])
-    _require(d, f"no ok timed {mode} rows for experiment 'fa2-setting'")
     prepared = prepare(df, "fa2-setting")
+    if not (prepared["mode"] == mode).any():
+        raise NotMeasured(f"this run measured no {mode} rows of experiment 'fa2-setting'")
+    _require(d, f"no ok timed {mode} rows for experiment 'fa2-setting'")
     bad = prepared[(prepared["mode"] == mode) & (prepared["status"] != "ok")]
     d = d.assign(
         tflops_lo=d["tflops"] * d["ms_median"] / d["ms_p80"],
@@ -614,7 +664,9 @@ def render_all(df: pd.DataFrame, out_dir, registry: dict | None = None, table_so
     ``caption`` (the caption file name) and ``caption_text``, ``reason`` (why it was skipped, else None),
     ``table_source`` (the result file drawn from, if given) and ``section`` (the experiment the figure
     belongs to, a key of ``SECTIONS``, from the registry's optional third field). A figure with nothing
-    to draw is skipped rather than failing, so a partial run still yields a report.
+    to draw is skipped rather than failing, so a partial run still yields a report; a skipped entry says
+    with ``measured`` whether the run measured its experiment at all (False: not in this grid, and the
+    report leaves it out rather than showing it as not drawn).
 
     The folder is built under a temporary name and replaces ``out_dir`` whole once every figure is drawn
     (``analysis.outputs.folder``): a figure that fails leaves the previous folder as it was, and no figure
@@ -631,6 +683,7 @@ def render_all(df: pd.DataFrame, out_dir, registry: dict | None = None, table_so
                 table = func(df, work / f"{name}.png")
             except NoDataError as e:
                 entry["reason"] = str(e)
+                entry["measured"] = not isinstance(e, NotMeasured) and _measured_at_all(df, entry["section"])
             else:
                 table.to_csv(work / f"{name}.csv", index=False)
                 entry.update(png=str(out_dir / f"{name}.png"), csv=str(out_dir / f"{name}.csv"))

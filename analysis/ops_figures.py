@@ -35,7 +35,7 @@ import pandas as pd
 import seaborn as sns
 
 from analysis import figures
-from analysis.figures import NoDataError, _as_bool, _gpu_label, _log2_x, _save, _theme
+from analysis.figures import NoDataError, _as_bool, _gpu_label, _log2_x, _save, _theme, floor_at_zero
 from analysis.ops_tables import STAGES, moe_stage_split, with_copy_gbps
 
 matplotlib.use("Agg")
@@ -122,6 +122,7 @@ def _line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str
                             fillstyle="none", linewidth=1.2, label=f"{impl}, eager call")  # fmt: skip
             if mark is not None:
                 mark(ax, s)
+            floor_at_zero(ax)
             _log2_x(ax, [v for v in s[x] if v == v])
             ax.set_title(name, fontsize=9)
             ax.set_xlabel(labels[0])

@@ -92,6 +92,19 @@ def status_summary(df: pd.DataFrame) -> pd.DataFrame:
     return counts.reset_index()
 
 
+MESSAGE_CHARS = 200  # of a failure's message in the report; the CSV keeps the whole recorded message
+
+
+def readable(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """A failure message for a table cell: at most ``limit`` characters, cut after a whole word with "…"
+    (the recorded messages are capped at a fixed length, which can fall inside a word)."""
+    text = " ".join(str(message).split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit + 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + " …"
+
+
 def failures(df: pd.DataFrame, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every row whose status is not ``ok``, with the message saying why: attention rows, then the rows of
     the W4A16/MoE table ``ops`` (their shape is the layer and M, or the tokens and routing)."""
@@ -113,6 +126,7 @@ def failures(df: pd.DataFrame, ops: pd.DataFrame | None = None) -> pd.DataFrame:
         out = pd.concat([out, pd.DataFrame({"experiment": bad["experiment"], "impl": bad["impl"],
                                             "dtype": bad["dtype"], "mode": "", "shape": shape,
                                             "status": bad["status"], "message": bad["message"]})])  # fmt: skip
+    out["message"] = out["message"].fillna("").map(readable)
     return out.reset_index(drop=True)
 
 
@@ -213,9 +227,12 @@ OTHER_SECTION = "more"
 
 def figure_sections(entries: list[dict]) -> list[dict]:
     """Figures grouped under the experiment they show (``section`` of each manifest entry), in the order
-    of ``analysis.figures.SECTIONS``; entries without a known section come last, under "More figures"."""
+    of ``analysis.figures.SECTIONS``; entries without a known section come last, under "More figures".
+    Figures of what the run did not measure (``measured`` false) are left out."""
     groups: dict[str, list[dict]] = {}
     for e in entries:
+        if e.get("measured") is False:  # not in this run's grid: nothing failed, nothing to show
+            continue
         key = e.get("section") if e.get("section") in SECTIONS else OTHER_SECTION
         groups.setdefault(key, []).append(e)
     order = [k for k in SECTIONS if k in groups] + ([OTHER_SECTION] if OTHER_SECTION in groups else [])

@@ -115,8 +115,12 @@ def test_gradient_mode_throughput_figures_keep_their_mode(table, tmp_path):
     assert set(bwd["mode"]) == {"bwd"} and len(bwd) == 5  # six points, naive out of memory at one
     both = figures.attention_tflops_fwd_bwd(table, tmp_path / "f.png")
     assert set(both["mode"]) == {"fwd+bwd"} and len(both) == 6
-    with pytest.raises(figures.NoDataError, match="no ok timed fwd rows"):
+    with pytest.raises(figures.NotMeasured, match="this run measured no fwd rows"):
         figures.attention_tflops(table, tmp_path / "fwd.png")  # this table has no forward rows
+    failed = table.assign(status="error", message="error: synthetic")  # rows that failed: not drawn, but measured
+    with pytest.raises(figures.NoDataError, match="no ok timed bwd rows") as info:
+        figures.attention_tflops_bwd(failed, tmp_path / "b2.png")
+    assert not isinstance(info.value, figures.NotMeasured)
 
 
 def test_fa1_figure3_ratios_and_naive_oom(table, tmp_path):
