@@ -163,6 +163,20 @@ def cpu_run(tmp_path_factory) -> Path:
     return work
 
 
+def test_snakemakes_own_report_has_every_figure_with_its_caption(cpu_run, tmp_path):
+    """`snakemake --report`: the figures registered with report() are in it, each with its own caption."""
+    out = tmp_path / "snakemake-report.html"
+    r = snakemake("--cores", "1", "--configfile", str(MINI), "--report", str(out), cwd=cpu_run, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    html = out.read_text(encoding="utf-8")
+    drawn = sorted({p.stem for p in (cpu_run / "results" / "report").glob("**/*.png")})
+    assert len(drawn) > 5
+    for name in drawn:
+        caption = " ".join((ROOT / "reports" / "captions" / f"{name}.rst").read_text(encoding="utf-8").split())
+        assert f"{name}.png" in html, name
+        assert caption.split(". ")[0][:60] in html, name  # its own caption, not a shared one
+
+
 def test_cpu_pipeline_end_to_end(cpu_run):
     """Run the workflow on the mini config, and check what it produced."""
     work = cpu_run

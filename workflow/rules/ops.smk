@@ -48,10 +48,19 @@ rule ops_figures:
     input:
         table=lambda w: ops_path(w.gpu),
     output:
-        update(directory(f"{RESULTS}/report/ops/{{gpu}}")),
+        report(
+            update(directory(f"{RESULTS}/report/ops/{{gpu}}")),
+            patterns=["{name}.png"],
+            caption="../../reports/captions/figure.rst",
+            category="W4A16 and MoE",
+            subcategory="{gpu}",
+            labels={"figure": "{name}"},
+        ),
     log:
         f"{RESULTS}/logs/report/{{gpu}}_ops_figures.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        captions=FIGURE_CAPTIONS,
     script:
         "../scripts/ops_figures.py"

@@ -6,14 +6,17 @@ rule figures:
         report(
             update(directory(f"{RESULTS}/report/{{gpu}}")),
             patterns=["{name}.png"],
-            caption="../../reports/captions/figures.rst",
-            category="Figures",
+            caption="../../reports/captions/figure.rst",
+            category="Attention",
             subcategory="{gpu}",
+            labels={"figure": "{name}"},
         ),
     log:
         f"{RESULTS}/logs/report/{{gpu}}_figures.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        captions=FIGURE_CAPTIONS,
     script:
         "../scripts/figures.py"
 

@@ -39,10 +39,19 @@ rule traffic_figures:
     input:
         table=lambda w: traffic_path(w.gpu),
     output:
-        update(directory(f"{RESULTS}/report/traffic/{{gpu}}")),
+        report(
+            update(directory(f"{RESULTS}/report/traffic/{{gpu}}")),
+            patterns=["{name}.png"],
+            caption="../../reports/captions/figure.rst",
+            category="HBM traffic",
+            subcategory="{gpu}",
+            labels={"figure": "{name}"},
+        ),
     log:
         f"{RESULTS}/logs/report/{{gpu}}_traffic_figures.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        captions=FIGURE_CAPTIONS,
     script:
         "../scripts/traffic_figures.py"
