@@ -647,6 +647,9 @@ def tc_bound_55(claim, ctx):
     return [analytic, *_measured(ctx, measured, "naive attention rows", optional=True)]
 
 
+A100 = "a100-sxm4-80gb"  # the GPU the articles' MFU and TFLOP/s figures are about
+
+
 def _fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes=("fwd",), about="an A100"):
     """``impl``'s 16-bit TFLOP/s as a share of each measured GPU's dense peak, judged against the claim's range
     (the hardware-independent form of a claim about another GPU)."""
@@ -665,6 +668,9 @@ def _fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), mode
             if rows["mode"].nunique() > 1
             else ""
         )
+        # a TFLOP/s figure about an A100 in its hardware-independent form: the same share of the A100's peak
+        a100, _ = _peak(A100)
+        at_a100 = frac * a100 / 100
         return Verdict(
             judge_range(frac, lo, hi),
             f"{frac.min():.0f}–{frac.max():.0f}% of peak",
@@ -673,6 +679,9 @@ def _fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), mode
             f"{ctx.paths[gpu]}: experiment={where}, impl={impl}",
             gpu=gpu,
             unit="% of peak",
+            parts={"utilisation": (frac, f"{frac.min():.0f}–{frac.max():.0f}% of {name}'s peak"),
+                   "tflops": (at_a100, f"{at_a100.min():.0f}–{at_a100.max():.0f} TFLOP/s at the same share of the "
+                                       f"A100's {a100:g}")},
         )
 
     return _measured(ctx, one, f"{impl} rows")

@@ -439,13 +439,13 @@ def test_gpu_missing_from_spec_table_is_untestable_for_that_gpu(registry, cid):
         paths={"h200": FIXTURE_PATH, "gpu-not-in-table": "other.csv"},
     )
     df = _audit_one(registry, cid, ctx)
-    unknown = _measured_row(df, "gpu-not-in-table")
-    assert unknown["verdict"] == "untestable"
-    assert "not in the specification table" in unknown["note"]
-    assert unknown["evidence"] == "other.csv"
-    known = _measured_row(df, "h200")
-    assert known["verdict"] != "untestable"
-    assert FIXTURE_PATH in known["evidence"]
+    for _, unknown in df[df["gpu"] == "gpu-not-in-table"].iterrows():  # every part of a compound claim
+        assert unknown["verdict"] == "untestable"
+        assert "not in the specification table" in unknown["note"]
+        assert unknown["evidence"] == "other.csv"
+    known = df[df["gpu"] == "h200"]
+    assert len(known) == len(_claims(registry, cid)) and (known["verdict"] != "untestable").all()
+    assert known["evidence"].str.contains(FIXTURE_PATH, regex=False).all()
 
 
 @pytest.mark.parametrize(
@@ -584,7 +584,7 @@ def test_analytic_observed_strings(full, cid, fragment, where):
 
 def test_full_audit_judges_measured_claims_on_h200(full):
     # every wired measured claim produced an H200 row (none silently vanished)
-    for cid in ("idle-95", "tc-bound-55", "std-mfu", "fa-exact", "online-softmax", "fp16-tolerance", "fa2-mfu",
+    for cid in ("idle-95", "tc-bound-55", "std-mfu", "fa-exact", "online-softmax", "fp16-tolerance", "fa2-mfu.tflops",
                 "causal-skip-50", "incident-rollback", "exp1-oom-16k", "exp3-maxdiff", "exp4-close.vs-naive",
                 "exp4-close.vs-official", "exp-s0-slower"):  # fmt: skip
         rows = full[(full["claim_id"] == cid) & (full["gpu"] == "h200")]
@@ -770,9 +770,12 @@ def test_fa2_vs_fa1_on_fixture(registry, fa1_ms, expected):
 def test_fa1_mfu_is_a_fraction_of_this_gpus_peak(registry):
     # H200 dense fp16 peak 989.4 TFLOP/s: 296.8 TF/s ≈ 30.0%, 445 ≈ 45.0%
     rows = [_row("ours-fa1", tflops=300.0), _row("ours-fa1", seqlen_q=4096, seqlen_k=4096, tflops=440.0)]
-    row = _measured_row(_audit_one(registry, "fa1-mfu", _ctx(rows)))
-    assert row["verdict"] == "holds"
-    assert row["observed"] == "30–44% of peak"
+    parts = _part_rows(_audit_one(registry, "fa1-mfu", _ctx(rows)))
+    assert parts["utilisation"]["verdict"] == "holds"
+    assert parts["utilisation"]["observed"] == "30–44% of NVIDIA H200 SXM 141GB's peak"
+    # the same shares of the A100's 312 TFLOP/s: 94.6 and 138.8, the first below "about 100–140"
+    assert parts["tflops"]["verdict"] == "partly"
+    assert parts["tflops"]["observed"] == "95–139 TFLOP/s at the same share of the A100's 312"
 
 
 @pytest.mark.parametrize(
@@ -1072,7 +1075,7 @@ def test_analytic_and_untestable_rows_have_no_band(registry):
 
 def test_same_data_same_verdicts_and_bands(registry):
     ctx = _ctx(_band_rows(spread_fp8=0.15))
-    claims = [registry["fp8-2pf"], registry["fa2-mfu"], registry["std-mfu"]]
+    claims = [registry["fp8-2pf"], registry["fa2-mfu.utilisation"], registry["fa2-mfu.tflops"], registry["std-mfu"]]
     first, second = audit.audit(claims, ctx), audit.audit(claims, ctx)
     pd.testing.assert_frame_equal(first, second)
 

@@ -105,7 +105,7 @@ def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
 def test_filters_offer_the_values_present():
     texts = claims_view.load_texts()
     df = _verdicts([
-        {"claim_id": "fa2-mfu", "verdict": "partly", "gpu": "h200", "kind": "measured, transfer"},
+        {"claim_id": "fa2-mfu.utilisation", "verdict": "partly", "gpu": "h200", "kind": "measured, transfer"},
         {"claim_id": "std-flops", "verdict": "holds", "gpu": "-", "kind": "analytic"},
     ])  # fmt: skip
     f = claims_view.filters(claims_view.claim_rows(df, texts, set()))
