@@ -383,8 +383,10 @@ def mem_128k_head(claim, ctx):
     ]
     verdict = "holds" if all(checks) else "partly" if any(checks) else "fails"
     observed = f"{elements:.4g} elements; S {s / GB:.2f} GB; S+P {2 * s / GB:.1f} GB"
+    parts = {"elements": ([elements], f"{elements:.4g} elements"), "s": ([s / GB], f"S {s / GB:.2f} GB"),
+             "s-and-p": ([2 * s / GB], f"S+P {2 * s / GB:.1f} GB")}  # fmt: skip
     return [Verdict(verdict, observed, "decimal GB (1e9 bytes)", "analysis/models.py: score_matrix_bytes(131072)",
-                    unit="GB")]  # fmt: skip
+                    unit="GB", parts=parts)]  # fmt: skip
 
 
 @evaluator("mem_128k_oom")
@@ -497,6 +499,7 @@ def incident_rollback(claim, ctx):
             f"{ctx.paths[gpu]}: experiment=memory, seqlen_q={n}, impl=naive,ours-fa2",
             gpu=gpu,
             unit="×",
+            parts={"memory": ([cut], f"memory −{cut:.1f}%"), "latency": ([speed], f"latency {speed:.2f}× lower")},
         )
 
     return _measured(ctx, one, "the memory experiment")

@@ -88,5 +88,15 @@ def test_the_registry_refuses_bad_part_names(tmp_path):
 def test_the_shipped_compound_claims_come_as_parts():
     ids = {c.id for c in audit.load_registry()}
     assert {"fa1-speed-mem.speed", "fa1-speed-mem.memory", "exp4-close.vs-naive", "exp4-close.vs-official",
-            "fa3-util.utilisation", "fa3-util.tflops"} <= ids  # fmt: skip
+            "fa3-util.utilisation", "fa3-util.tflops", "incident-rollback.memory", "incident-rollback.latency",
+            "fa2-mfu.utilisation", "fa2-mfu.tflops", "fa1-mfu.utilisation", "fa1-mfu.tflops"} <= ids  # fmt: skip
     assert not {"fa1-speed-mem", "exp4-close", "fa3-util"} & ids
+
+
+def test_an_analytic_compound_claim_judges_each_number_of_its_own():
+    parts = [c for c in audit.load_registry() if c.whole is not None and c.whole.id == "mem-128k-head"]
+    df = audit.audit(parts, Context()).set_index("claim_id")
+    assert list(df.index) == ["mem-128k-head.elements", "mem-128k-head.s", "mem-128k-head.s-and-p"]
+    assert (df["verdict"] == "holds").all() and (df["gpu"] == audit.ANALYTIC).all()
+    s = df.loc["mem-128k-head.s"]
+    assert s["observed"] == "S 34.36 GB" and s["asserted"] == "≈ 34.36 GB"
