@@ -1272,6 +1272,13 @@ def exp1_oom_16k(claim, ctx):
             f"{ctx.paths[gpu]}: experiment=memory, impl=naive,ours-fa2",
             gpu=gpu,
             unit="N",
+            parts={
+                "oom": ("holds" if oom_ok else "fails",
+                        f"naive needs {need16 / 1024:.0f} GiB extra at N=16384; fits 80 GB up to N={fits_on_card}"),
+                "scaling": ("holds" if scaling_ok else "fails",
+                            f"memory grows as N^{slope_naive:.2f} (naive), N^{slope_ours:.2f} (ours)"),
+                "faster": ([speed], f"{speed:.1f}× faster at the largest N both finished"),
+            },  # fmt: skip
         )
 
     return _measured(ctx, one, "the memory experiment")
