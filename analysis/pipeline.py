@@ -192,6 +192,7 @@ def render_report(
                 "provenance": validate.read_environment(g["environment"], g["slug"]),
                 "figures": manifest,
                 "tables": {name: registry.table(name).read_rows([p]) for name, p in g.get("tables", {}).items()},
+                "manifest": _manifest_beside(g.get("tables", {})),
             }
         )
     checks = registry.table("attention").read_rows([checks_csv]) if checks_csv else None
@@ -200,3 +201,16 @@ def render_report(
     comparison = [e for d in comparison_dirs or [] for e in validate.read_figure_manifest(Path(d) / "manifest.json")]
     return report.render_report(out_html, sections, checks, generated=generated, verdicts=verdicts,
                                 comparison=comparison or None, notices=notices)  # fmt: skip
+
+
+def _manifest_beside(tables: dict) -> dict | None:
+    """The MANIFEST.json of a shipped result set, next to its tables (None for a fresh run's tables)."""
+    for table in tables.values():
+        path = Path(table).parent / "MANIFEST.json"
+        if not path.is_file():
+            continue
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise validate.DataError(f"{path}: not valid JSON ({exc})") from None
+    return None

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from analysis import registry
+from analysis import claims_view, quote_font, registry, section_provenance
 from analysis.core import outputs, validate
 from analysis.core.paths import ROOT
 from analysis.core.tables import shared_columns
@@ -101,6 +101,19 @@ def status_summary(df: pd.DataFrame) -> pd.DataFrame:
     return counts.reset_index()
 
 
+MESSAGE_CHARS = 200  # of a failure's message in the report; the CSV keeps the whole recorded message
+
+
+def readable(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """A failure message for a table cell: at most ``limit`` characters, cut after a whole word with "…"
+    (the recorded messages are capped at a fixed length, which can fall inside a word)."""
+    text = " ".join(str(message).split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit + 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + " …"
+
+
 def failures(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Every row of ``frames`` whose status is not ``ok``, with the message saying why, table after table."""
     parts = []
@@ -112,7 +125,11 @@ def failures(frames: list[pd.DataFrame]) -> pd.DataFrame:
             "message": bad["message"],
         }))  # fmt: skip
     cols = ["experiment", "impl", "dtype", "mode", "shape", "status", "message"]
-    return pd.concat(parts).reset_index(drop=True) if parts else pd.DataFrame(columns=cols)
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts).reset_index(drop=True)
+    out["message"] = out["message"].fillna("").map(readable)
+    return out
 
 
 def correctness_table(checks: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -177,10 +194,13 @@ def section_titles() -> dict[str, str]:
 
 def figure_sections(entries: list[dict]) -> list[dict]:
     """Figures grouped under the section they belong to (``section`` of each manifest entry), in the order of
-    the families' sections; entries without a known section come last, under "More figures"."""
+    the families' sections; entries without a known section come last, under "More figures". Figures of what
+    the run did not measure (``measured`` false) are left out."""
     titles = section_titles()
     groups: dict[str, list[dict]] = {}
     for e in entries:
+        if e.get("measured") is False:  # not in this run's grid: nothing failed, nothing to show
+            continue
         key = e.get("section") if e.get("section") in titles else OTHER_SECTION
         groups.setdefault(key, []).append(e)
     order = [k for k in titles if k in groups] + ([OTHER_SECTION] if OTHER_SECTION in groups else [])
@@ -206,7 +226,10 @@ def _gpu(g: dict) -> dict:
         "name": provenance.get("gpu_name") or g["slug"],
         "source": g.get("source", ""),
         "provenance": [(str(k), _value_text(v)) for k, v in provenance.items()],
-        "sections": figure_sections(g.get("figures") or []),
+        "sections": [
+            {**sec, "provenance": section_provenance.describe(points, sec["id"], g.get("manifest"))}
+            for sec in figure_sections(g.get("figures") or [])
+        ],
         "summaries": [{"title": s["title"], "text": s["text"], "table": _table(s["table"])} for s in summaries],
         "status": _table(status_summary(both)) if not both.empty else None,
         "failures": _table(failures(points)) if not both.empty else None,
@@ -216,29 +239,29 @@ def _gpu(g: dict) -> dict:
 VERDICT_ORDER = ("holds", "partly", "fails", "inconsistent", "untestable")
 
 
-def verdict_section(verdicts: pd.DataFrame | None, figure_gpus: set[str]) -> dict | None:
-    """Counts per verdict (and of the borderline ones) and one entry per verdict row, with a link to the
-    figure showing the data; a borderline row carries the verdicts its band reaches.
+def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | None:
+    """The claims: counts per verdict (and of the borderline rows), the first screen's headline claims by
+    topic with thumbnails of their figures, and every verdict row by topic (``analysis.claims_view``), with
+    the values the table's filters offer. Links and thumbnails go only to figures in the report.
 
-    ``figure_gpus``: GPU slugs whose figures are in the report (a link is made only to those).
+    ``gpus``: the report's GPU entries (``slug`` and ``figures``, as ``render_report`` takes them).
     """
     if verdicts is None:
         return None
-    v = verdicts.fillna("")
-    counts = v["verdict"].value_counts()
-    borderline = v["borderline"].astype(str).str.lower().isin(("true", "1")) if "borderline" in v else None
-    rows = []
-    for i, r in enumerate(v.to_dict("records")):
-        link = ""
-        if r.get("figure") and r["gpu"] in figure_gpus:
-            link = f"#fig-{r['gpu']}-{r['figure']}"
-        edge = bool(borderline.iloc[i]) if borderline is not None else False
-        rows.append({**{k: str(r[k]) for k in r}, "link": link, "is_borderline": edge})
+    figures = {(g["slug"], e["name"]): e["png"] for g in gpus for e in g.get("figures") or [] if e.get("png")}
+    rows = claims_view.claim_rows(verdicts, claims_view.load_texts(), {g["slug"] for g in gpus})
+    counts = pd.Series([r["verdict"] for r in rows]).value_counts()
+    topics: dict[str, list[dict]] = {}
+    for r in rows:
+        topics.setdefault(r["topic"], []).append(r)
     return {
         "counts": [(k, int(counts.get(k, 0))) for k in VERDICT_ORDER],
-        "borderline": int(borderline.sum()) if borderline is not None else 0,
-        "claims": int(v["claim_id"].nunique()),
-        "rows": rows,
+        "borderline": sum(r["is_borderline"] for r in rows),
+        "claims": len({r["parent"] or r["claim_id"] for r in rows}),
+        "parts": len(rows),
+        "headlines": claims_view.headlines(rows, figures),
+        "topics": [{"topic": t, "title": rs[0]["topic_title"], "rows": rs} for t, rs in topics.items()],
+        "filters": list(claims_view.filters(rows).items()),
     }
 
 
@@ -289,7 +312,9 @@ def render_report(
         ],
         gpus=[_gpu(g) for g in gpus],
         checks=_table(correctness) if correctness is not None else None,
-        verdicts=verdict_section(verdicts, {g["slug"] for g in gpus}),
+        verdicts=verdict_section(verdicts, gpus),
+        quote_font_css=Markup(quote_font.css_face()),
+        quote_font_family=quote_font.FAMILY,
         comparison=[_figure(e) for e in comparison] if comparison else None,
         notices=list(notices or []),
     )

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from analysis import registry
-from analysis.audit import COLUMNS, Claim, Context, Results, audit, load_claims
+from analysis.audit import COLUMNS, PART_SEP, Claim, Context, Results, audit, load_claims
 
 FIXTURE_PATH = "fixture.csv"
 ATTENTION = registry.table("attention")
@@ -51,11 +51,23 @@ def fixture_ctx(rows: list[dict], gpu: str = "h200") -> Context:
     return context({gpu: ATTENTION.frame(rows)}, {gpu: FIXTURE_PATH})
 
 
+def claims_of(claims: dict[str, Claim], cid: str) -> list[Claim]:
+    """The claim ``cid``, or the parts of the compound claim ``cid``."""
+    return [c for c in claims.values() if c.id == cid or (c.whole is not None and c.whole.id == cid)]
+
+
 def audit_one(claims: dict[str, Claim], cid: str, ctx: Context) -> pd.DataFrame:
-    df = judge([claims[cid]], ctx)
+    """The audit of claim ``cid`` (of each of its parts, for a compound claim)."""
+    which = claims_of(claims, cid)
+    df = judge(which, ctx)
     assert list(df.columns) == COLUMNS
-    assert set(df["claim_id"]) == {cid}
+    assert set(df["claim_id"]) == {c.id for c in which}
     return df
+
+
+def part_rows(df: pd.DataFrame, gpu: str = "h200") -> dict[str, pd.Series]:
+    """The GPU's row of each part, by part name."""
+    return {r["claim_id"].split(PART_SEP, 1)[1]: r for _, r in df[df["gpu"] == gpu].iterrows()}
 
 
 def measured_row(df: pd.DataFrame, gpu: str = "h200") -> pd.Series:

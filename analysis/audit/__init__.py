@@ -2,10 +2,11 @@
 helpers that judge (``verdicts``), borderline bands (``band``) and the audit itself (``engine``). The
 evaluators live with their families (``analysis/families/<family>/claims.py``)."""
 
-from analysis.audit.claims import REGISTRY, Claim, load_claims
+from analysis.audit.claims import PART_SEP, REGISTRY, Claim, load_claims, part_id
 from analysis.audit.context import ANALYTIC, Context, Results
-from analysis.audit.engine import COLUMNS, audit, summary
-from analysis.audit.verdicts import VERDICTS, Evaluators, Untestable, Verdict
+from analysis.audit.engine import COLUMNS, audit, judge, summary
+from analysis.audit.verdicts import VERDICTS, Evaluators, Untestable, Verdict, combine, judge_part
 
-__all__ = ["ANALYTIC", "COLUMNS", "REGISTRY", "VERDICTS", "Claim", "Context", "Evaluators", "Results", "Untestable",
-           "Verdict", "audit", "load_claims", "summary"]  # fmt: skip
+__all__ = ["ANALYTIC", "COLUMNS", "PART_SEP", "REGISTRY", "VERDICTS", "Claim", "Context", "Evaluators", "Results",
+           "Untestable", "Verdict", "audit", "combine", "judge", "judge_part", "load_claims", "part_id",
+           "summary"]  # fmt: skip

@@ -31,6 +31,9 @@ class Claim:
     evaluator: str
     needs: str = ""
     figure: str = ""
+    # a part of a compound claim: the part's name and the whole claim its evaluator judges
+    part: str = ""
+    whole: Claim | None = None
 
     def asserted_text(self) -> str:
         a, unit = self.asserted, self.asserted.get("unit", "")
@@ -46,11 +49,36 @@ class Claim:
         return a.get("text", self.wording)
 
 
+PART_SEP = "."  # a part's id: the claim's id, the separator, the part's name
+
+
+def part_id(claim_id: str, part: str) -> str:
+    return f"{claim_id}{PART_SEP}{part}"
+
+
+def _parts(whole: Claim, entry: dict) -> list[Claim]:
+    """The parts of a compound claim, each judged on its own: its statement, asserted value, wording and
+    (by default the whole's) tolerance and figure; the whole's evaluator gives every part's verdict."""
+    out = []
+    for p in entry.get("parts") or []:
+        if not p.get("part") or PART_SEP in p["part"]:
+            raise ValueError(f"claim {whole.id!r}: a part needs a name without {PART_SEP!r}: {p.get('part')!r}")
+        out.append(dataclasses.replace(
+            whole, id=part_id(whole.id, p["part"]), statement=p["statement"], asserted=p["asserted"],
+            wording=str(p.get("wording", whole.wording)), tolerance=float(p.get("tolerance", whole.tolerance)),
+            figure=p.get("figure", whole.figure), part=p["part"], whole=whole,
+        ))  # fmt: skip
+    if len({c.part for c in out}) != len(out):
+        raise ValueError(f"claim {whole.id!r} names a part twice")
+    return out
+
+
 def load_claims(evaluators: Collection[str], extra: Iterable[str | Path] = (),
                 path: str | Path = REGISTRY) -> list[Claim]:  # fmt: skip
     """The claims of the registry at ``path``, then those of each file of ``extra`` (a family's own
     ``claims.yaml``, with its own ``sources``), in order. Unknown evaluators (not in ``evaluators``, nor
-    ``not_built``), unknown sources and duplicate ids are errors."""
+    ``not_built``), unknown sources and duplicate ids are errors. A compound claim (one with ``parts``) comes
+    back as its parts, ``<id>.<part>`` each (``_parts``)."""
     known = set(evaluators) | {"not_built"}
     claims, seen = [], set()
     for file in (path, *extra):
@@ -73,8 +101,7 @@ def _read(path: Path, evaluators: set[str], seen: set[str]) -> list[Claim]:
         src = c["source"]
         if src["article"] not in sources:
             raise ValueError(f"claim {c['id']!r} cites unknown article {src['article']!r}")
-        claims.append(
-            Claim(
+        whole = Claim(
                 id=c["id"],
                 source=f"{src['article']} ({sources[src['article']]['file']}) {src['section']}",
                 statement=c["statement"],
@@ -86,6 +113,6 @@ def _read(path: Path, evaluators: set[str], seen: set[str]) -> list[Claim]:
                 evaluator=c["evaluator"],
                 needs=c.get("needs", ""),
                 figure=c.get("figure", ""),
-            )
-        )
+        )  # fmt: skip
+        claims.extend(_parts(whole, c) or [whole])
     return claims

@@ -15,6 +15,7 @@ that reads the family's table from the context, and set ``evaluator: name`` in t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pandas as pd
@@ -22,7 +23,7 @@ import pandas as pd
 from analysis.audit.band import Band
 from analysis.audit.claims import Claim
 from analysis.audit.context import ANALYTIC, Context
-from analysis.audit.verdicts import VERDICTS, Untestable, Verdict
+from analysis.audit.verdicts import VERDICTS, Untestable, Verdict, judge_part
 
 COLUMNS = [
     "claim_id", "source", "kind", "statement", "asserted", "observed", "unit", "tolerance", "verdict", "gpu",
@@ -35,12 +36,27 @@ def not_built(claim: Claim, ctx: Context) -> list[Verdict]:
 
 
 def judge(claim: Claim, ctx: Context, evaluators: dict[str, Callable]) -> list[Verdict]:
-    """The claim's verdicts from its evaluator (``not_built``: untestable with what it needs)."""
+    """The claim's verdicts from its evaluator (``not_built``: untestable with what it needs); a part of a
+    compound claim: the whole's evaluator, each verdict narrowed to the part (``part_of``)."""
     fn = not_built if claim.evaluator == "not_built" else evaluators[claim.evaluator]
     try:
-        return fn(claim, ctx)
+        verdicts = fn(claim.whole or claim, ctx)
     except Untestable as exc:
         return [Verdict("untestable", "", str(exc), claim.evaluator)]
+    return [part_of(claim, v) for v in verdicts] if claim.part else verdicts
+
+
+def part_of(claim: Claim, v: Verdict) -> Verdict:
+    """The verdict of one part, taken from the whole's verdict (an untestable whole: every part is)."""
+    if v.verdict == "untestable":
+        return dataclasses.replace(v, parts={})
+    if claim.part not in v.parts:
+        raise ValueError(f"evaluator {claim.evaluator!r} gives no verdict for part {claim.part!r} "
+                         f"of claim {claim.whole.id!r}")  # fmt: skip
+    values, observed = v.parts[claim.part]
+    verdict = values if isinstance(values, str) else judge_part(claim, values)
+    return dataclasses.replace(v, verdict=verdict, observed=observed, unit=claim.asserted.get("unit", v.unit),
+                               parts={})  # fmt: skip
 
 
 def audit(claims: list[Claim], ctx: Context, evaluators: dict[str, Callable], band: bool = True) -> pd.DataFrame:

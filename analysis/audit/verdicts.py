@@ -17,6 +17,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 from analysis.audit.claims import Claim
@@ -34,6 +35,10 @@ class Verdict:
     evidence: str
     gpu: str = ANALYTIC
     unit: str = ""
+    # each part of a compound claim, by part name: (the observed values, or a verdict for a qualitative
+    # part; the observation in words). Values are judged against the part's own asserted value
+    # (``judge_part``); ``verdict`` and ``observed`` above sum the whole up.
+    parts: dict[str, tuple] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -71,6 +76,35 @@ def judge_at_most(observed: float, limit: float, tol: float = 0.0) -> str:
 
 def judge_at_least(observed: float, limit: float, tol: float = 0.0) -> str:
     return "holds" if observed >= limit * (1 - tol) else "fails"
+
+
+def combine(verdicts) -> str:
+    """The whole's verdict from its parts': all alike → that; some holding (fully or partly) → partly."""
+    verdicts = list(verdicts)
+    if len(set(verdicts)) == 1:
+        return verdicts[0]
+    return "partly" if {"holds", "partly"} & set(verdicts) else "fails"
+
+
+def judge_part(claim: Claim, values) -> str:
+    """Observed values against a part's asserted value, widened by its tolerance: all agree → holds, some
+    → partly, none → fails. A qualitative part (``text``) needs its verdict from the evaluator."""
+    x = np.atleast_1d(np.asarray(values, dtype=float))
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        raise ValueError(f"claim {claim.id!r}: no finite observed value to judge")
+    a, tol = claim.asserted, claim.tolerance
+    if "range" in a:
+        return judge_range(x, *a["range"], tol)
+    if "approx" in a:
+        ok = np.array([within(v, a["approx"], tol) for v in x])
+    elif "at_least" in a:
+        ok = x >= a["at_least"] * (1 - tol)
+    elif "at_most" in a:
+        ok = x <= a["at_most"] * (1 + tol)
+    else:
+        raise ValueError(f"claim {claim.id!r} is qualitative: its evaluator must give the part's verdict")
+    return "holds" if ok.all() else "partly" if ok.any() else "fails"
 
 
 def three_digits(x: float) -> str:

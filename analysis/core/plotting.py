@@ -20,6 +20,7 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
@@ -66,6 +67,21 @@ FACET_ASPECT = 1.2
 
 class NoDataError(ValueError):
     """The table holds no rows this figure can draw."""
+
+
+class NotMeasured(NoDataError):
+    """The run did not measure what this figure shows (no row of its experiment or mode, of any status):
+    the report leaves the figure out instead of showing it as not drawn."""
+
+
+def measured_at_all(df: pd.DataFrame, section: str | None) -> bool:
+    """Whether ``df`` has any row (of any status) of the experiment or family ``section``."""
+    if not section or "experiment" not in df:
+        return True
+    hit = df["experiment"].astype(str) == section
+    if "family" in df:
+        hit |= df["family"].astype(str) == section
+    return bool(hit.any())
 
 
 def as_bool(s: pd.Series) -> pd.Series:
@@ -132,6 +148,38 @@ def gpu_label(d: pd.DataFrame) -> str:
     return str(names[0]) if len(names) else str(next(iter(d["gpu"].dropna().unique()), "GPU"))
 
 
+def floor_at_zero(ax) -> None:
+    """Start a linear y axis at 0 when everything drawn on it is non-negative (matplotlib's margin would
+    run it below zero, to values no row can have)."""
+    ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+    ys = np.concatenate([y[np.isfinite(y)] for y in ys]) if ys else np.array([])
+    if ax.get_yscale() == "linear" and ys.size and ys.min() >= 0 and ax.get_ylim()[0] < 0:
+        ax.set_ylim(bottom=0)
+
+
+def hide_empty_facets(g: sns.FacetGrid, xlabel: str, ylabel: str) -> None:
+    """Hide the facets nothing was drawn in (a dtype measured at fewer head dims than another), and give
+    the lowest drawn facet of each column the x tick labels and label, the first drawn one of each row the
+    y label, which the hidden ones would have carried."""
+    grid = g.axes
+    for ax in grid.flat:
+        if not ax.has_data():
+            ax.set_visible(False)
+    for j in range(grid.shape[1]):
+        shown = [grid[i, j] for i in range(grid.shape[0]) if grid[i, j].get_visible()]
+        if shown:
+            shown[-1].xaxis.set_tick_params(which="major", labelbottom=True)
+            shown[-1].set_xlabel(xlabel)
+    for i in range(grid.shape[0]):
+        shown = [grid[i, j] for j in range(grid.shape[1]) if grid[i, j].get_visible()]
+        if shown:
+            shown[0].yaxis.set_tick_params(which="major", labelleft=True)
+            shown[0].set_ylabel(ylabel)
+        if shown and not grid[i, -1].get_visible() and g.row_names:  # the row's title sat on its last facet
+            shown[-1].annotate(str(g.row_names[i]), xy=(1.02, 0.5), xycoords="axes fraction", rotation=270,
+                               ha="left", va="center")  # fmt: skip
+
+
 def save(fig, out_png) -> None:
     """Write ``fig`` to ``out_png`` (its folder created) and close it."""
     out_png = Path(out_png)
@@ -161,7 +209,8 @@ def render_all(df: pd.DataFrame, out_dir, figures: dict, caption_of, table_sourc
     ``caption`` (the caption file) and ``caption_text``, ``reason`` (why it was skipped, else None),
     ``table_source`` (the result file drawn from, if given) and ``section`` (the report section the figure
     belongs to). A figure with nothing to draw is skipped rather than failing, so a partial run still yields
-    a report.
+    a report; a skipped entry says with ``measured`` whether the run measured its section at all (False: not
+    in this grid, and the report leaves it out rather than showing it as not drawn).
 
     The folder is built under a temporary name and replaces ``out_dir`` whole once every figure is drawn
     (``analysis.core.outputs.folder``): a figure that fails leaves the previous folder as it was, and no
@@ -178,6 +227,7 @@ def render_all(df: pd.DataFrame, out_dir, figures: dict, caption_of, table_sourc
                 table = figure.draw(df, work / f"{name}.png")
             except NoDataError as e:
                 entry["reason"] = str(e)
+                entry["measured"] = not isinstance(e, NotMeasured) and measured_at_all(df, entry["section"])
             else:
                 table.to_csv(work / f"{name}.csv", index=False)
                 entry.update(png=str(out_dir / f"{name}.png"), csv=str(out_dir / f"{name}.csv"))

@@ -24,12 +24,13 @@ schedules; checks; the launcher; the ``autograd.Function``; the public ``attenti
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 import torch
 import triton
 
-from kernels._runtime import INTERPRET, compute_capability, device_guard, softmax_scale
+from kernels._runtime import INTERPRET, check_flag, compute_capability, device_guard, softmax_scale
 from kernels.attention import fa2
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "HEAD_DIMS",
     "attention",
     "forward",
+    "forward_fp8",
+    "scale_strides",
     "default_config",
     "last_config",
     "kernel_specialisation",
@@ -51,6 +54,7 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 REQUIRED_CAPABILITY = (9, 0)
 _LOG2E = 1.4426950408889634
 _ROWS_PER_CONSUMER = 64  # one warpgroup's wgmma tile is 64 rows high
+ROWS_PER_CONSUMER = _ROWS_PER_CONSUMER
 _REGISTERS_PER_SM = 65536
 
 
@@ -93,6 +97,7 @@ SCHEDULES = {
 }
 
 CONFIG_ENV = "KERNELS_FA3_CONFIG"
+CONFIG_FP8_ENV = "KERNELS_FA3_FP8_CONFIG"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,19 +148,25 @@ class FA3Config:
 _DEFAULT_TILES = {64: FA3Config(128, 3), 128: FA3Config(128, 2), 256: FA3Config(64, 2)}
 
 
-def default_config(head_dim: int) -> FA3Config:
-    """The tiles used when none is pinned (``config=`` or ``KERNELS_FA3_CONFIG``)."""
+# FP8: K/V tiles of half the bytes, so deeper rings; O gets a 16-bit staging buffer of its own.
+_DEFAULT_TILES_FP8 = {64: FA3Config(128, 4), 128: FA3Config(128, 3), 256: FA3Config(64, 3)}
+
+
+def default_config(head_dim: int, fp8: bool = False) -> FA3Config:
+    """The tiles used when none is pinned (``config=``, or ``KERNELS_FA3_CONFIG`` / ``KERNELS_FA3_FP8_CONFIG``)."""
     _check_head_dim(head_dim)
-    return _DEFAULT_TILES[head_dim]
+    return (_DEFAULT_TILES_FP8 if fp8 else _DEFAULT_TILES)[head_dim]
 
 
-def _config_in_effect(head_dim: int, config: FA3Config | None) -> FA3Config:
+def config_in_effect(head_dim: int, config: FA3Config | None = None, fp8: bool = False) -> FA3Config:
+    """``config`` itself, else the tiles pinned by ``KERNELS_FA3_CONFIG`` (``KERNELS_FA3_FP8_CONFIG`` for
+    ``fp8``), else ``default_config``."""
     if config is not None:
         if not isinstance(config, FA3Config):
             raise TypeError(f"config must be an FA3Config, got {type(config).__name__}")
         return config
-    pinned = os.environ.get(CONFIG_ENV, "").strip()
-    return FA3Config.parse(pinned) if pinned else default_config(head_dim)
+    pinned = os.environ.get(CONFIG_FP8_ENV if fp8 else CONFIG_ENV, "").strip()
+    return FA3Config.parse(pinned) if pinned else default_config(head_dim, fp8)
 
 
 _LAST_CONFIG: list[tuple[FA3Config, Schedule] | None] = [None]
@@ -166,8 +177,9 @@ def last_config() -> tuple[FA3Config, Schedule] | None:
     return _LAST_CONFIG[0]
 
 
-def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool,
-                          producer_regs: int | None = None) -> tuple[dict, dict]:  # fmt: skip
+def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, producer_regs: int | None = None,
+                          fp8: bool = False, p_scale: float = 1.0, q_block: int | None = None,
+                          kv_block: int | None = None) -> tuple[dict, dict]:  # fmt: skip
     """(constexprs, launch options) of one kernel variant: what ``forward`` launches, and what the compile
     tests and the compiled-kernel audit build for sm_90 without a GPU.
 
@@ -175,7 +187,8 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool,
     issues the copies) and the consumer warpgroups, launched at the register cap that lets one CTA fill an
     SM; ``setmaxnreg`` then hands the producer's share to the consumers. ``producer_regs`` (per producer
     thread) defaults to 24 with TMA (FA-3's split) and 56 for per-thread copies, which need addresses;
-    the consumers get the rest, at most 240."""
+    the consumers get the rest, at most 240. ``fp8``: e4m3 inputs with descales, P scaled by ``p_scale``, one
+    Q descale per ``q_block`` rows and one K/V descale per ``kv_block`` keys where they are per block."""
     consumers = config.num_consumers if schedule.warp_specialize else 1
     warps = 4 * (1 + config.num_consumers) if schedule.warp_specialize else 4 * config.num_consumers
     cap = min(255, _REGISTERS_PER_SM // (32 * warps)) // 8 * 8
@@ -186,7 +199,8 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool,
         BLOCK_M=_ROWS_PER_CONSUMER, BLOCK_N=config.block_n, NUM_CONSUMERS=config.num_consumers,
         NUM_STAGES=config.num_stages, IS_CAUSAL=bool(causal), WARP_SPECIALIZE=schedule.warp_specialize,
         PINGPONG=schedule.pingpong and config.num_consumers == 2, OVERLAP=schedule.overlap, USE_TMA=schedule.tma,
-        CONSUMER_REGS=consumer_regs,
+        CONSUMER_REGS=consumer_regs, IS_FP8=bool(fp8), P_SHIFT=float(math.log2(p_scale)) if fp8 else 0.0,
+        Q_BLOCK=q_block or _ROWS_PER_CONSUMER, KV_BLOCK=kv_block or config.block_n,
     )  # fmt: skip
     options = dict(num_warps=4, maxnreg=cap) if schedule.warp_specialize else dict(num_warps=warps)
     return constexprs, options
@@ -213,9 +227,12 @@ def _check_head_dim(head_dim: int) -> None:
 def _check_inputs(q, k, v, causal) -> None:
     fa2._check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=SUPPORTED_DTYPES,
                        dtype_note="the FA-3 kernel supports float16 and bfloat16 (fa2 also runs float32)")  # fmt: skip
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
+    check_flag("causal", causal)
     _check_head_dim(q.shape[-1])
+    _check_hopper(q)
+
+
+def _check_hopper(q: torch.Tensor) -> None:
     if INTERPRET or q.device.type != "cuda":
         raise RuntimeError(
             "the FA-3 kernel is written in Gluon, which Triton's interpreter does not run: it needs a CUDA GPU "
@@ -240,10 +257,10 @@ def schedule_of(schedule: Schedule | str) -> Schedule:
     return schedule
 
 
-def _tma_ready(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-    """The tensor and strides to describe to TMA: the last dim contiguous, the base and every other stride
-    a positive multiple of 16 bytes (strides of size-1 dims do not matter and are replaced); otherwise a
-    contiguous copy."""
+def _tma_strides(t: torch.Tensor) -> list[int] | None:
+    """The strides to describe ``t`` to TMA with, or None if it cannot be: the last dim contiguous, the base
+    and every other stride a positive multiple of 16 bytes (strides of size-1 dims do not matter and are
+    replaced)."""
     elem = t.element_size()
     strides = list(t.stride())
     for i in range(t.dim() - 2, -1, -1):
@@ -251,7 +268,13 @@ def _tma_ready(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
             strides[i] = strides[i + 1] * t.shape[i + 1]
     ok = strides[-1] == 1 and t.data_ptr() % 16 == 0
     ok = ok and all(s > 0 and (s * elem) % 16 == 0 for s in strides[:-1])
-    if ok:
+    return strides if ok else None
+
+
+def _tma_ready(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """The tensor and its TMA strides, or a contiguous copy of it where TMA cannot read it as it is."""
+    strides = _tma_strides(t)
+    if strides is not None:
         return t, strides
     t = t.contiguous()
     return t, list(t.stride())
@@ -263,18 +286,19 @@ def _tma_ready(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
 
 
 def gl_dtype(dtype: torch.dtype):
-    """The Gluon dtype of a 16-bit torch dtype."""
+    """The Gluon dtype of a torch dtype the kernel takes (16-bit, or e4m3)."""
     from triton.experimental.gluon import language as gl
 
-    return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[dtype]
+    return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[dtype]
 
 
-def _descriptor(t: torch.Tensor, rows: int):
+def _descriptor(t: torch.Tensor, tile: list[int]):
+    """(the tensor, or a TMA-legal copy of it; its TMA descriptor for ``tile``: the last two dims' block)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     t, strides = _tma_ready(t)
-    block = [1, 1, rows, t.shape[-1]]
+    block = [1, 1, *tile]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype(t.dtype))
     return t, TensorDescriptor(t, list(t.shape), strides, block, layout)
 
@@ -294,36 +318,119 @@ def forward(
     ``config`` pins the tiles (as does ``KERNELS_FA3_CONFIG``); ``schedule`` is a ``Schedule`` or a name of
     ``SCHEDULES`` (the ablation's variants). ``last_config()`` reports what ran.
     """
-    from kernels.attention.fa3_kernels import _fa3_fwd_kernel
-
     schedule = schedule_of(schedule)
     _check_inputs(q, k, v, causal)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
-    config = _config_in_effect(d, config)
+    config = config_in_effect(d, config)
     _LAST_CONFIG[0] = (config, schedule)
     out = torch.empty((b, h, seqlen_q, d), device=q.device, dtype=q.dtype)
     lse = torch.empty((b, h, seqlen_q), device=q.device, dtype=torch.float32)
     if out.numel() == 0 or seqlen_k == 0:  # nothing to compute, or no keys: every row sees nothing
         lse.fill_(float("-inf"))
         return out.zero_(), lse
-    constexprs, options = kernel_specialisation(config, schedule, causal)
+    _launch(q, k, v, out, lse, None, causal=causal, sm_scale=sm_scale, config=config, schedule=schedule)
+    return out, lse
+
+
+def _launch(q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_scale=1.0, q_block=None,
+            kv_block=None) -> None:  # fmt: skip
+    """The kernel on checked inputs. ``fp8``: None (16-bit), or ``(q_scale, k_scale, v_scale)`` with e4m3 q, k
+    and ``v`` the transposed ``[B, H_kv, d, Nk]`` value tensor."""
+    from kernels.attention.fa3_kernels import _fa3_fwd_kernel
+
+    b, h, seqlen_q, d = q.shape
+    seqlen_k = k.shape[2]
+    constexprs, options = kernel_specialisation(config, schedule, causal, fp8=fp8 is not None, p_scale=p_scale,
+                                                q_block=q_block, kv_block=kv_block)  # fmt: skip
     rows = q_tile_rows(config, schedule)
-    q, q_desc = _descriptor(q, rows)
-    k, k_desc = _descriptor(k, config.block_n)
-    v, v_desc = _descriptor(v, config.block_n)
-    _, o_desc = _descriptor(out, rows)
+    q, q_desc = _descriptor(q, [rows, d])
+    k, k_desc = _descriptor(k, [config.block_n, d])
+    v, v_desc = _descriptor(v, [d, config.block_n] if fp8 is not None else [config.block_n, d])
+    _, o_desc = _descriptor(out, [rows, d])
+    scales = fp8 if fp8 is not None else (lse, lse, lse)
+    strides = [x for sc in scales for x in scale_strides(sc)] if fp8 is not None else [0] * 9
     grid = (triton.cdiv(seqlen_q, config.cta_rows), b * h)
     with device_guard(q):
         _fa3_fwd_kernel[grid](
-            q_desc, k_desc, v_desc, o_desc, q, k, v, lse,
+            q_desc, k_desc, v_desc, o_desc, q, k, v, lse, *scales,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), *strides,
             seqlen_q, seqlen_k, h, h // k.shape[1], sm_scale * _LOG2E,
             **constexprs, **options,
         )  # fmt: skip
+
+
+def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, head, block) strides of a descale tensor of shape (), (B, H) or (B, H, blocks); 0 where coarser."""
+    return (tuple(scale.stride()) + (0, 0, 0))[:3] if scale.dim() else (0, 0, 0)
+
+
+def forward_fp8(
+    q8: torch.Tensor,
+    k8: torch.Tensor,
+    vt8: torch.Tensor,
+    q_scale: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    q_block: int | None = None,
+    kv_block: int | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    config: FA3Config | None = None,
+    schedule: Schedule | str = "fa3",
+    p_scale: float = 256.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FA-3 kernel on e4m3 inputs: ``(out [B, H, Nq, d] out_dtype, lse [B, H, Nq] float32)``.
+
+    ``q8`` ``[B, H, Nq, d]``, ``k8`` ``[B, H_kv, Nk, d]`` and ``vt8`` ``[B, H_kv, d, Nk]`` (V transposed, keys
+    contiguous) are float8_e4m3fn; the descales are float32 of shape () (per tensor), (B, H) / (B, H_kv) (per
+    head) or (B, H, ⌈Nq / q_block⌉) / (B, H_kv, ⌈Nk / kv_block⌉) (per block; ``q_block`` a multiple of 64, the
+    rows of a consumer warpgroup, ``kv_block`` a multiple of the K/V tile; defaults: 64 and the tile). The
+    arguments are checked by ``kernels.attention.fp8`` (which calls this); here only what the kernel itself
+    needs: Hopper, a supported head dim, the blocks against the tiles.
+    """
+    schedule = schedule_of(schedule)
+    check_flag("causal", causal)
+    _check_hopper(q8)
+    d = q8.shape[-1]
+    _check_head_dim(d)
+    b, h, seqlen_q, _ = q8.shape
+    seqlen_k = k8.shape[2]
+    sm_scale = softmax_scale(d, sm_scale)
+    config = config_in_effect(d, config, fp8=True)
+    q_block = _ROWS_PER_CONSUMER if q_block is None else q_block
+    kv_block = config.block_n if kv_block is None else kv_block
+    if q_scale.dim() == 3 and q_block % _ROWS_PER_CONSUMER:
+        raise ValueError(f"q_block={q_block} must be a multiple of {_ROWS_PER_CONSUMER} for the FA-3 kernel")
+    if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % config.block_n:
+        raise ValueError(f"kv_block={kv_block} must be a multiple of the FA-3 kernel's BLOCK_N={config.block_n}")
+    _LAST_CONFIG[0] = (config, schedule)
+    out = torch.empty((b, h, seqlen_q, d), device=q8.device, dtype=out_dtype)
+    lse = torch.empty((b, h, seqlen_q), device=q8.device, dtype=torch.float32)
+    if out.numel() == 0 or seqlen_k == 0:
+        lse.fill_(float("-inf"))
+        return out.zero_(), lse
+    vt8 = _keys_aligned(vt8, schedule.tma)
+    _launch(q8, k8, vt8, out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale, config=config,
+            schedule=schedule, p_scale=p_scale, q_block=q_block, kv_block=kv_block)  # fmt: skip
     return out, lse
+
+
+def _keys_aligned(vt: torch.Tensor, tma: bool) -> torch.Tensor:
+    """``vt`` ``[B, H, d, N]`` itself if the kernel can read it, else a copy whose rows start 16 bytes apart
+    (keys padded with zeros to a multiple of 16 e4m3 values), viewed back to N keys. TMA reads N keys and
+    fills the rest of a tile with zeros; the per-thread copies (``tma=False``) read 16 keys at a time, so
+    they need the padding to be there and zero unless N is a multiple of 16."""
+    if _tma_strides(vt) is not None and (tma or vt.shape[-1] % 16 == 0):
+        return vt
+    n = vt.shape[-1]
+    padded = torch.zeros((*vt.shape[:-1], triton.cdiv(n, 16) * 16), device=vt.device, dtype=vt.dtype)
+    padded[..., :n] = vt
+    return padded[..., :n]
 
 
 class _FlashAttention3(torch.autograd.Function):

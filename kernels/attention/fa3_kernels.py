@@ -13,6 +13,13 @@ only for S_j before its softmax, so the exponentials of tile j run while the ten
 j-1's product. ``PINGPONG`` makes the two consumers take turns issuing those GEMMs (a pair of mbarriers
 passes the turn), so that one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
 
+FP8 (``IS_FP8``, ``kernels.attention.fp8``): Q, K, V in e4m3 with fp32 descale factors (per tensor, head
+or block: one per 64 query rows, one per K/V tile), both products on e4m3 WGMMA. V comes transposed
+(``[B, H_kv, d, N]``, keys contiguous: FP8 WGMMA reads its B operand K-major only), P is multiplied by
+``2^P_SHIFT`` (FP8's P scale, folded into the exponent) before its conversion to e4m3, and a per-tile V
+scale is folded into the rescaling of O (O is kept in units of the last tile's V scale), so the P V product
+still accumulates in place.
+
 Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
 """
 
@@ -69,22 +76,48 @@ def _tile_range(start_m, seqlen_q, seqlen_k, CTA_M: gl.constexpr, BLOCK_N: gl.co
 
 
 @gluon.jit
-def _cp_async_rows(dst, base, row0, nrows, stride_row, ROWS: gl.constexpr, CHUNK: gl.constexpr,
-                   HEAD_DIM: gl.constexpr, layout: gl.constexpr):  # fmt: skip
-    """Per-thread asynchronous copies of rows [row0, row0 + ROWS) of a (·, HEAD_DIM) matrix into ``dst``,
-    CHUNK rows at a time (few live addresses per thread); rows at or past ``nrows`` are zero-filled."""
-    cols = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, layout))
+def _cp_async_tile(dst, base, row0, col0, nrows, ncols, stride_row, CHUNK: gl.constexpr, layout: gl.constexpr,
+                   COL_GRAIN: gl.constexpr = 1):  # fmt: skip
+    """Per-thread asynchronous copies of the (ROWS, COLS) tile at (row0, col0) of a row-major matrix into
+    ``dst``, CHUNK rows at a time (few live addresses per thread); rows at or past ``nrows`` and columns at or
+    past ``ncols`` rounded up to COL_GRAIN are zero-filled. A COL_GRAIN of 16 bytes keeps the copies 16 bytes
+    wide when the columns are the contiguous axis (the caller guarantees the rounded-up columns are
+    allocated and finite)."""
+    ROWS: gl.constexpr = dst.shape[0]
+    COLS: gl.constexpr = dst.shape[1]
+    ncols = (ncols + COL_GRAIN - 1) // COL_GRAIN * COL_GRAIN
+    cols = col0 + gl.arange(0, COLS, gl.SliceLayout(0, layout))
     for r in gl.static_range(0, ROWS, CHUNK):
         rows = row0 + r + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
         ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_row, 1) + gl.expand_dims(cols, 0)
-        async_copy.async_copy_global_to_shared(dst.slice(r, CHUNK), ptrs, mask=gl.expand_dims(rows < nrows, 1))
+        mask = gl.expand_dims(rows < nrows, 1) & gl.expand_dims(cols < ncols, 0)
+        async_copy.async_copy_global_to_shared(dst.slice(r, CHUNK), ptrs, mask=mask)
 
 
 @gluon.jit
-def _tma_tile(desc, b, h, row, bar, dst, pred=True):
-    """One TMA load of a (rows, head_dim) tile of a [B, H, N, d] tensor; rows past N arrive as zeros."""
+def _tma_tile(desc, b, h, row, bar, dst, pred=True, col=0):
+    """One TMA load of the tile at (row, col) of one (batch, head)'s matrix; what lies past its end arrives
+    as zeros."""
     mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(desc, [b, h, row, 0], bar, dst.reshape(desc.block_type.shape), pred=pred)
+    tma.async_copy_global_to_shared(desc, [b, h, row, col], bar, dst.reshape(desc.block_type.shape), pred=pred)
+
+
+@gluon.jit
+def _tma_v(desc, b, h_kv, j, bar, dst, V_T: gl.constexpr, pred=True):
+    """V's tile j: rows j·BLOCK_N… of ``[N, d]``, or (V_T, FP8) columns j·BLOCK_N… of ``[d, N]``."""
+    if V_T:
+        _tma_tile(desc, b, h_kv, 0, bar, dst, pred, j * dst.shape[1])
+    else:
+        _tma_tile(desc, b, h_kv, j * dst.shape[0], bar, dst, pred)
+
+
+@gluon.jit
+def _v_operand(v_tile, V_T: gl.constexpr):
+    """V's tile as the B operand of P V, ``[BLOCK_N, d]`` (a transposed view of ``[d, BLOCK_N]`` for V_T)."""
+    if V_T:
+        return v_tile.permute((1, 0))
+    else:
+        return v_tile
 
 
 @gluon.jit
@@ -107,18 +140,37 @@ def _masked(s, rows, n0, seqlen_k, causal_off, IS_CAUSAL: gl.constexpr, layout: 
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, qk_scale):
+def _softmax_step(s, m_i, l_i, scale, P_SHIFT: gl.constexpr):
     """One tile of the online softmax in the log2 domain: (P, new row max, new row sum, rescale factor).
 
-    The row max is taken on the raw scores and scaled after (the scale is positive), so that each
-    exponent is one fused multiply-add. A row that has seen only masked keys keeps m = -inf; its
-    exponentials are taken against 0 so that it gives P = 0 and a factor of 0 instead of NaN."""
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    ``scale`` holds each row's factor from raw scores to the log2 domain (sm_scale · log2 e, times the
+    descales for FP8). The row max is taken on the raw scores and scaled after (the factors are positive),
+    so that each exponent is one fused multiply-add. P comes out times 2^P_SHIFT (FP8's P scale, folded into
+    the exponent; 0 for 16 bits), and so does the row sum. A row that has seen only masked keys keeps
+    m = -inf; its exponentials are taken against 0 so that it gives P = 0 and a factor of 0, not NaN."""
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_use)
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
+    p = gl.exp2(s * gl.expand_dims(scale, 1) - gl.expand_dims(m_use - P_SHIFT, 1))
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, m_new, l_new, alpha
+
+
+@gluon.jit
+def _p_operand(p, like):
+    """P as the A operand of P V, of ``like``'s type and layout (FP8: e4m3 by the hardware's saturating
+    round-to-nearest-even; P already carries its scale)."""
+    return gl.convert_layout(p.to(like.dtype), like.type.layout)
+
+
+@gluon.jit
+def _tile_scale(ptr, j, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl.constexpr, IS_FP8: gl.constexpr):
+    """The descale factor of K/V tile j (its block of KV_BLOCK keys; stride 0 unless per block); 1 without
+    FP8."""
+    if IS_FP8:
+        return gl.load(ptr + (j * BLOCK_N // KV_BLOCK) * stride_blk)
+    else:
+        return 1.0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -128,19 +180,22 @@ def _softmax_step(s, m_i, l_i, qk_scale):
 
 @gluon.jit
 def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, seqlen_k,
-              USE_TMA: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+              USE_TMA: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              V_T: gl.constexpr):  # fmt: skip
     """Loads only: the consumers' Q tiles once, then K_j and V_j into ring slot j % NUM_STAGES as soon as the
     consumers have released it (K first: the next S = Q Kᵀ needs it before the P V product needs V)."""
     q_desc, k_desc, v_desc, o_desc = descs
     q_ptr, k_ptr, v_ptr = ptrs
     stride_qn, stride_kn, stride_vn = strides
-    q_smem, k_smem, v_smem = smem
+    q_smem, k_smem, v_smem, o_smem = smem
     q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    layout: gl.constexpr = _copy_layout(gl.num_warps(), HEAD_DIM, k_smem.dtype.primitive_bitwidth)
+    bits: gl.constexpr = k_smem.dtype.primitive_bitwidth
+    layout: gl.constexpr = _copy_layout(gl.num_warps(), HEAD_DIM, bits)
+    v_layout: gl.constexpr = _copy_layout(gl.num_warps(), BLOCK_N if V_T else HEAD_DIM, bits)
     n_tiles, n_full = _tile_range(start_m, seqlen_q, seqlen_k, BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
 
     for c in gl.static_range(NUM_CONSUMERS):
@@ -148,7 +203,7 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
         if USE_TMA:
             _tma_tile(q_desc, b, h, start_m + c * BLOCK_M, q_bars.index(c), dst)
         else:
-            _cp_async_rows(dst, q_ptr, start_m + c * BLOCK_M, seqlen_q, stride_qn, BLOCK_M, 32, HEAD_DIM, layout)
+            _cp_async_tile(dst, q_ptr, start_m + c * BLOCK_M, 0, seqlen_q, HEAD_DIM, stride_qn, 32, layout)
             async_copy.mbarrier_arrive(q_bars.index(c), increment_count=False)
     for j in range(n_tiles):
         slot = j % STAGES
@@ -158,86 +213,105 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
         if USE_TMA:
             _tma_tile(k_desc, b, h_kv, j * BLOCK_N, k_ready.index(slot), k_smem.index(slot))
         else:
-            _cp_async_rows(k_smem.index(slot), k_ptr, j * BLOCK_N, seqlen_k, stride_kn, BLOCK_N, 32, HEAD_DIM, layout)
+            _cp_async_tile(k_smem.index(slot), k_ptr, j * BLOCK_N, 0, seqlen_k, HEAD_DIM, stride_kn, 32, layout)
             async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)
         mbarrier.wait(v_empty.index(slot), phase ^ 1)
         if USE_TMA:
-            _tma_tile(v_desc, b, h_kv, j * BLOCK_N, v_ready.index(slot), v_smem.index(slot))
+            _tma_v(v_desc, b, h_kv, j, v_ready.index(slot), v_smem.index(slot), V_T)
+        elif V_T:
+            _cp_async_tile(v_smem.index(slot), v_ptr, 0, j * BLOCK_N, HEAD_DIM, seqlen_k, stride_vn, 32, v_layout,
+                           16)
+            async_copy.mbarrier_arrive(v_ready.index(slot), increment_count=False)
         else:
-            _cp_async_rows(v_smem.index(slot), v_ptr, j * BLOCK_N, seqlen_k, stride_vn, BLOCK_N, 32, HEAD_DIM, layout)
+            _cp_async_tile(v_smem.index(slot), v_ptr, j * BLOCK_N, 0, seqlen_k, HEAD_DIM, stride_vn, 32, v_layout)
             async_copy.mbarrier_arrive(v_ready.index(slot), increment_count=False)
 
 
 @gluon.jit
-def _consumer_tile(j, state, descs, smem, bars, q_tile, rows, b, h_kv, n_tiles, seqlen_k, causal_off, qk_scale,
-                   C: gl.constexpr, WARP_SPECIALIZE: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
-                   IS_CAUSAL: gl.constexpr, MASKED: gl.constexpr):  # fmt: skip
+def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k, causal_off,
+                   row_scale, C: gl.constexpr, WARP_SPECIALIZE: gl.constexpr, PINGPONG: gl.constexpr,
+                   OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, MASKED: gl.constexpr, IS_FP8: gl.constexpr,
+                   P_SHIFT: gl.constexpr, KV_BLOCK: gl.constexpr):  # fmt: skip
     """Tile j of a consumer: issue S_j = Q K_jᵀ, rescale O by tile j-1's factor while it runs, issue
     O += P_{j-1} V_{j-1}, then the softmax of S_j.
 
     wgmma groups complete in issue order, so waiting for all but one group waits for S_j alone (OVERLAP):
     the exponentials of tile j run while the tensor cores finish P_{j-1} V_{j-1}, and P_j is converted
-    to 16 bits into registers of its own before that product is waited for."""
-    m_i, l_i, acc, p, alpha, turn_phase = state
+    to the operand type into registers of its own before that product is waited for."""
+    m_i, l_i, acc, p, alpha, vs_prev, turn_phase = state
     q_desc, k_desc, v_desc, o_desc = descs
-    q_smem, k_smem, v_smem = smem
+    q_smem, k_smem, v_smem, o_smem = smem
     q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
+    ks_ptr, vs_ptr, stride_ksblk, stride_vsblk = scales
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
+    V_T: gl.constexpr = IS_FP8
     s_layout: gl.constexpr = _mma_layout(gl.num_warps(), BLOCK_N, k_smem.dtype.primitive_bitwidth)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     slot = j % STAGES
     prev = (j - 1) % STAGES
+    k_scale = _tile_scale(ks_ptr, j, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
+    v_scale = _tile_scale(vs_ptr, j - 1, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
     mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
     if PINGPONG:
         mbarrier.wait(turn.index(C), turn_phase)
         turn_phase = turn_phase ^ 1
     s_tok = _issue_scores(q_tile, k_smem.index(slot), s_layout)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_row_layout), 1)
+    # O is kept in units of the last V tile's scale: the factor carries the change of scale too
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
     mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+    acc = warpgroup_mma(p, _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - C))
     if OVERLAP:
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    elif IS_FP8:  # (the wait's lowering keeps 16- and 32-bit values alive, not e4m3 ones: ptxas guards P's)
+        s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc))
     else:
         s, acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc, p))
     if WARP_SPECIALIZE:
         mbarrier.arrive(k_empty.index(slot))
     if MASKED:
         s = _masked(s, rows, j * BLOCK_N, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale)
-    p_next = gl.convert_layout(p_new.to(k_smem.dtype), p.type.layout)
-    if OVERLAP:
+    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT)
+    p_next = _p_operand(p_new, p)
+    if OVERLAP and IS_FP8:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    elif OVERLAP:
         acc, p, p_next = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p, p_next))
     if WARP_SPECIALIZE:
         mbarrier.arrive(v_empty.index(prev))
     else:  # slot `prev` is free again: refill it with the tile NUM_STAGES ahead
         ahead = j - 1 + STAGES
         _tma_tile(k_desc, b, h_kv, ahead * BLOCK_N, k_ready.index(prev), k_smem.index(prev), pred=ahead < n_tiles)
-        _tma_tile(v_desc, b, h_kv, ahead * BLOCK_N, v_ready.index(prev), v_smem.index(prev), pred=ahead < n_tiles)
-    return m_i, l_i, acc, p_next, alpha, turn_phase
+        _tma_v(v_desc, b, h_kv, ahead, v_ready.index(prev), v_smem.index(prev), V_T, pred=ahead < n_tiles)
+    return m_i, l_i, acc, p_next, alpha, v_scale, turn_phase
 
 
 @gluon.jit
-def _consumer(descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
+def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
               C: gl.constexpr, NUM_CONSUMERS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
-              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_FP8: gl.constexpr,
+              P_SHIFT: gl.constexpr, Q_BLOCK: gl.constexpr, KV_BLOCK: gl.constexpr):  # fmt: skip
     """Q Kᵀ, the online softmax and P V for this consumer's rows; then O and the logsumexp out.
 
     With WARP_SPECIALIZE: consumer C of NUM_CONSUMERS, the producer fills the ring. Without: the only
     partition, every row of the CTA, issuing its own TMA loads NUM_STAGES tiles ahead."""
     q_desc, k_desc, v_desc, o_desc = descs
-    q_smem, k_smem, v_smem = smem
+    q_smem, k_smem, v_smem, o_smem = smem
     q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
+    qs_ptr, ks_ptr, vs_ptr, stride_qsblk, stride_ksblk, stride_vsblk = scales
+    tile_scales = (ks_ptr, vs_ptr, stride_ksblk, stride_vsblk)
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    V_T: gl.constexpr = IS_FP8
     dtype: gl.constexpr = k_smem.dtype
     ROWS: gl.constexpr = q_smem.shape[1]  # this partition's rows: one TMA transfer of Q and of O
     CTA_M: gl.constexpr = ROWS * NUM_CONSUMERS if WARP_SPECIALIZE else ROWS
     row0 = start_m + C * ROWS
     q_tile = q_smem.index(C)
+    o_tile = o_smem.index(C)
     num_warps: gl.constexpr = gl.num_warps()
     bits: gl.constexpr = dtype.primitive_bitwidth
     s_layout: gl.constexpr = _mma_layout(num_warps, BLOCK_N, bits)
@@ -249,11 +323,15 @@ def _consumer(descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seq
     n_tiles, n_full = _tile_range(start_m, seqlen_q, seqlen_k, CTA_M, BLOCK_N, IS_CAUSAL)
     causal_off = seqlen_k - seqlen_q
     rows = row0 + gl.arange(0, ROWS, row_layout)
+    # each row's factor from raw scores to the log2 domain (FP8: times its Q block's descale)
+    row_scale = gl.full([ROWS], qk_scale, gl.float32, row_layout)
+    if IS_FP8:
+        row_scale = row_scale * gl.load(qs_ptr + (rows // Q_BLOCK) * stride_qsblk, mask=rows < seqlen_q, other=1.0)
     if not WARP_SPECIALIZE:
         _tma_tile(q_desc, b, h, row0, q_bars.index(C), q_tile)
         for t in gl.static_range(STAGES):
             _tma_tile(k_desc, b, h_kv, t * BLOCK_N, k_ready.index(t), k_smem.index(t), pred=t < n_tiles)
-            _tma_tile(v_desc, b, h_kv, t * BLOCK_N, v_ready.index(t), v_smem.index(t), pred=t < n_tiles)
+            _tma_v(v_desc, b, h_kv, t, v_ready.index(t), v_smem.index(t), V_T, pred=t < n_tiles)
     mbarrier.wait(q_bars.index(C), 0)
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
@@ -261,10 +339,12 @@ def _consumer(descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seq
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
     p = gl.zeros([ROWS, BLOCK_N], dtype, p_layout)
     alpha = gl.zeros([ROWS], gl.float32, row_layout)  # the factor O still owes the last softmax step
+    vs_prev = gl.to_tensor(1.0)  # the V scale O is in units of (FP8; O is still 0 before the first tile)
     turn_phase = gl.to_tensor(1 - C)  # consumer 0 takes the first turn: a fresh mbarrier lets phase 1 through
 
     # Tile 0: its scores and softmax, no P V product yet.
     if n_tiles > 0:
+        k_scale = _tile_scale(ks_ptr, 0, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
         mbarrier.wait(k_ready.index(0), 0)
         if PINGPONG:
             mbarrier.wait(turn.index(C), turn_phase)
@@ -277,40 +357,52 @@ def _consumer(descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seq
             mbarrier.arrive(k_empty.index(0))
         if n_full == 0:
             s = _masked(s, rows, 0, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale)
-        p = gl.convert_layout(p_new.to(dtype), p_layout)
+        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT)
+        p = _p_operand(p_new, p)
 
     # Tiles 1 … n_full-1 need no mask, the rest (the causal diagonal, the sequence's end) do.
-    state = (m_i, l_i, acc, p, alpha, turn_phase)
+    state = (m_i, l_i, acc, p, alpha, vs_prev, turn_phase)
     for j in range(1, n_full):
-        state = _consumer_tile(j, state, descs, smem, bars, q_tile, rows, b, h_kv, n_tiles, seqlen_k, causal_off,
-                               qk_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, False)  # fmt: skip
+        state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
+                               causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, False,
+                               IS_FP8, P_SHIFT, KV_BLOCK)  # fmt: skip
     for j in range(gl.maximum(n_full, 1), n_tiles):
-        state = _consumer_tile(j, state, descs, smem, bars, q_tile, rows, b, h_kv, n_tiles, seqlen_k, causal_off,
-                               qk_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, True)  # fmt: skip
-    m_i, l_i, acc, p, alpha, turn_phase = state
+        state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
+                               causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, True,
+                               IS_FP8, P_SHIFT, KV_BLOCK)  # fmt: skip
+    m_i, l_i, acc, p, alpha, vs_prev, turn_phase = state
 
     # The last P V product.
     if n_tiles > 0:
         last = (n_tiles - 1) % STAGES
+        v_scale = _tile_scale(vs_ptr, n_tiles - 1, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
         if PINGPONG:
             mbarrier.wait(turn.index(C), turn_phase)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_row_layout), 1)
-        acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
+        acc = warpgroup_mma(p, _v_operand(v_smem.index(last), V_T), acc, is_async=True)
         if PINGPONG:
             mbarrier.arrive(turn.index(1 - C))
-        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+        if IS_FP8:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        else:
+            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
         if WARP_SPECIALIZE:
             mbarrier.arrive(v_empty.index(last))
+        vs_prev = v_scale
 
-    # O = acc / ℓ through Q's shared memory (no longer read) and TMA; the logsumexp per row.
+    # O = acc / ℓ (FP8: times the V scale O is in units of; P's scale is in ℓ too) through shared memory
+    # (16-bit: Q's, no longer read) and TMA; the logsumexp per row (P's scale taken out).
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-    out = acc / gl.expand_dims(gl.convert_layout(l_safe, o_row_layout), 1)
-    lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * _LN2)
-    q_tile.store(out.to(dtype))
+    if IS_FP8:
+        denom = l_safe / vs_prev
+    else:
+        denom = l_safe
+    out = acc / gl.expand_dims(gl.convert_layout(denom, o_row_layout), 1)
+    lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe) - P_SHIFT) * _LN2)
+    o_tile.store(out.to(o_desc.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], q_tile.reshape(o_desc.block_type.shape))
+    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_tile.reshape(o_desc.block_type.shape))
     gl.store(lse_ptr + bh.to(gl.int64) * seqlen_q + rows, lse, mask=rows < seqlen_q)
     tma.store_wait(0)
 
@@ -322,10 +414,12 @@ def _consumer(descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seq
 
 @gluon.jit
 def _fa3_fwd_kernel(
-    q_desc, k_desc, v_desc, o_desc,  # [B, H, Nq, d], [B, H_kv, Nk, d] ×2, [B, H, Nq, d]: TMA descriptors
+    q_desc, k_desc, v_desc, o_desc,  # [B, H, Nq, d], [B, H_kv, Nk, d] (FP8's V: [B, H_kv, d, Nk]), [B, H, Nq, d]
     q_ptr, k_ptr, v_ptr,  # the same tensors' bases, for the per-thread (cp.async) producer
     lse_ptr,  # [B, H, Nq] fp32, contiguous
+    qs_ptr, ks_ptr, vs_ptr,  # FP8 descale factors, fp32; strides (b, h, block), 0 where coarser (16-bit: unused)
     stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    stride_qsb, stride_qsh, stride_qsblk, stride_ksb, stride_ksh, stride_ksblk, stride_vsb, stride_vsh, stride_vsblk,
     seqlen_q, seqlen_k, heads, kv_group, qk_scale,
     BLOCK_M: gl.constexpr,  # rows per consumer warpgroup
     BLOCK_N: gl.constexpr,
@@ -337,6 +431,10 @@ def _fa3_fwd_kernel(
     OVERLAP: gl.constexpr,
     USE_TMA: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
+    IS_FP8: gl.constexpr = False,  # e4m3 Q, K and V (transposed) with descales, P scaled before its e4m3 cast
+    P_SHIFT: gl.constexpr = 0.0,  # FP8: P is computed times 2^P_SHIFT (its scale before the e4m3 cast)
+    Q_BLOCK: gl.constexpr = 64,  # query rows per Q descale factor (per-block scales; a multiple of BLOCK_M)
+    KV_BLOCK: gl.constexpr = 128,  # keys per K/V descale factor (per-block scales; a multiple of BLOCK_N)
 ):  # fmt: skip
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
@@ -352,9 +450,16 @@ def _fa3_fwd_kernel(
     ROWS: gl.constexpr = q_desc.block_type.shape[2]  # a consumer's rows (all of the CTA's without WS)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    v_shape: gl.constexpr = [HEAD_DIM, BLOCK_N] if IS_FP8 else [BLOCK_N, HEAD_DIM]
+    v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(v_shape, dtype)
     q_smem = gl.allocate_shared_memory(dtype, [CTA_M // ROWS, ROWS, HEAD_DIM], q_layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], kv_layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_shape, v_layout)
+    if IS_FP8:  # O is 16-bit: a staging buffer of its own (Q's is e4m3)
+        o_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], o_desc.dtype)
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [CTA_M // ROWS, ROWS, HEAD_DIM], o_layout)
+    else:
+        o_smem = q_smem
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     q_bars = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
@@ -375,8 +480,12 @@ def _fa3_fwd_kernel(
         mbarrier.init(turn.index(i), count=1)
 
     descs = (q_desc, k_desc, v_desc, o_desc)
-    smem = (q_smem, k_smem, v_smem)
+    smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_bars, k_ready, v_ready, k_empty, v_empty, turn)
+    scales = (qs_ptr + b.to(gl.int64) * stride_qsb + h.to(gl.int64) * stride_qsh,
+              ks_ptr + b.to(gl.int64) * stride_ksb + h_kv.to(gl.int64) * stride_ksh,
+              vs_ptr + b.to(gl.int64) * stride_vsb + h_kv.to(gl.int64) * stride_vsh,
+              stride_qsblk, stride_ksblk, stride_vsblk)  # fmt: skip
     if WARP_SPECIALIZE:
         base_q = q_ptr + b.to(gl.int64) * stride_qb + h.to(gl.int64) * stride_qh
         base_k = k_ptr + b.to(gl.int64) * stride_kb + h_kv.to(gl.int64) * stride_kh
@@ -388,11 +497,13 @@ def _fa3_fwd_kernel(
             gl.warp_specialize(
                 [
                     (_producer, (descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, seqlen_k,
-                                 USE_TMA, NUM_CONSUMERS, IS_CAUSAL)),
-                    (_consumer, (descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
-                                 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL)),
-                    (_consumer, (descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
-                                 1, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL)),
+                                 USE_TMA, NUM_CONSUMERS, IS_CAUSAL, IS_FP8)),
+                    (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
+                                 qk_scale, 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
+                                 P_SHIFT, Q_BLOCK, KV_BLOCK)),
+                    (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
+                                 qk_scale, 1, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
+                                 P_SHIFT, Q_BLOCK, KV_BLOCK)),
                 ],
                 [4, 4], [CONSUMER_REGS, CONSUMER_REGS],
             )  # fmt: skip
@@ -400,12 +511,14 @@ def _fa3_fwd_kernel(
             gl.warp_specialize(
                 [
                     (_producer, (descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, seqlen_k,
-                                 USE_TMA, NUM_CONSUMERS, IS_CAUSAL)),
-                    (_consumer, (descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
-                                 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL)),
+                                 USE_TMA, NUM_CONSUMERS, IS_CAUSAL, IS_FP8)),
+                    (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
+                                 qk_scale, 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
+                                 P_SHIFT, Q_BLOCK, KV_BLOCK)),
                 ],
                 [4], [CONSUMER_REGS],
             )  # fmt: skip
     else:
-        _consumer(descs, smem, bars, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
-                  0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL)  # fmt: skip
+        _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
+                  0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8, P_SHIFT,
+                  Q_BLOCK, KV_BLOCK)  # fmt: skip

@@ -34,13 +34,21 @@ hardware's saturating round-to-nearest-even and both products run on FP8 tensor 
 FP8 ``tl.dot`` accumulates with the tensor core's own (reduced-precision) fp32 accumulation over the whole
 reduction unless ``max_num_imprecise_acc`` is set; that default is kept here.
 
-Tested: in Triton's interpreter on CPU (tests/kernels/test_fp8.py: odd lengths, d = 64 and 128, causal and
-not, GQA, all granularities, rotation) and on an H200 (the GPU-marked tests, bf16 included, d up to 256).
-Compiled with Triton 3.6 for sm_90 both products are ``wgmma.mma_async ... f32.e4m3.e4m3`` and P is
-converted by ``cvt.rn.satfinite.e4m3x2.f32``; for sm_89 ``mma.sync ... e4m3``. FP8 wgmma takes its B operand
-K-major only, so V is best stored sequence-contiguous (``quantize_qkv`` does it; a row-major V is
-transposed in shared memory inside the loop, which is slower). The softmax's exponentials are not overlapped
-with the tensor cores here (FlashAttention-3 does that with warp specialisation and ping-pong scheduling).
+Two kernels run it. On Hopper (sm_90) with head dims 64, 128 and 256, the FlashAttention-3 kernel
+(``kernels.attention.fa3``, Gluon: a TMA producer warp, WGMMA consumer warpgroups with ping-pong and
+intra-warpgroup overlap; ``forward_quantized(..., kernel="fa3")``); elsewhere (Ada, other head dims, the
+interpreter) the Triton kernel below (``kernel="triton"``), which FA-3's needs of Hopper make the portable
+reference. ``attention`` quantises with the fused quantiser (``kernels.attention.fp8_quant``: one read of
+each 16-bit input, the amax on the GPU, V written transposed) and synchronises with nothing: it can be
+captured in a CUDA graph. Non-finite inputs are not checked there (that would read them back); they give
+non-finite outputs, and ``quantize_qkv(..., check_finite=True)`` raises instead.
+
+Tested: in Triton's interpreter on CPU (tests/kernels/test_fp8.py, tests/kernels/test_fp8_quant.py: odd
+lengths, d = 64 and 128, causal and not, GQA, all granularities, rotation) and on an H200 (the GPU-marked
+tests, bf16 included, both kernels, d up to 256, CUDA-graph capture). Compiled with Triton 3.6 for sm_90
+both products are ``wgmma.mma_async ... f32.e4m3.e4m3`` and P is converted by ``cvt.rn.satfinite``; for
+sm_89 ``mma.sync ... e4m3``. FP8 wgmma takes its B operand K-major only, so V is stored sequence-contiguous
+(``quantize_qkv`` does it; the Triton kernel transposes a row-major V in shared memory, much slower).
 
 Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
 configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch
@@ -57,6 +65,7 @@ import triton
 import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device, check_flag, compute_capability, device_guard, softmax_scale
+from kernels.attention import fa3, fp8_quant
 from kernels.attention.fa2 import FA2Config, _check_tensors, check_shapes
 from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
 from kernels.attention.reference import P_SCALE, _scores, _values, round_p
@@ -423,14 +432,6 @@ def _check_scale(name: str, scale, shape, block: int | None, values: bool = True
         raise ValueError(f"{name} must be positive and finite everywhere")
 
 
-def _scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
-    if scale.dim() == 0:
-        return 0, 0, 0
-    if scale.dim() == 2:
-        return scale.stride(0), scale.stride(1), 0
-    return scale.stride(0), scale.stride(1), scale.stride(2)
-
-
 def _check_fp8_inputs(q8, k8, v8) -> None:
     for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
         if not isinstance(t, torch.Tensor):
@@ -461,6 +462,38 @@ def require_fp8_tensor_cores(capability: tuple[int, int], device: str) -> None:
         )
 
 
+KERNELS = ("auto", "fa3", "triton")
+
+
+def kernel_for(device: torch.device, head_dim: int, kernel: str = "auto") -> str:
+    """Which kernel runs: ``"fa3"`` (Hopper, head dims of ``fa3.HEAD_DIMS``) or ``"triton"`` for ``"auto"``;
+    a named one as asked (its own checks refuse what it cannot run)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel != "auto":
+        return kernel
+    hopper = device.type == "cuda" and not INTERPRET and compute_capability(device)[0] == 9
+    return "fa3" if hopper and head_dim in fa3.HEAD_DIMS else "triton"
+
+
+def blocks(kernel: str, head_dim: int, config=None) -> tuple[int, int]:
+    """(Q rows, K/V rows) per block scale for ``kernel``'s tiles: what ``quantize_qkv`` gives per-block scales
+    for and what ``forward_quantized`` assumes by default."""
+    if kernel == "fa3":
+        cfg = fa3.config_in_effect(head_dim, config if isinstance(config, fa3.FA3Config) else None, fp8=True)
+        return fa3.ROWS_PER_CONSUMER, cfg.block_n
+    cfg = config_in_effect(head_dim, config)
+    return cfg.block_m, cfg.block_n
+
+
+def _check_values(check: bool | None, device: torch.device) -> bool:
+    """Whether to read the scales back: as asked, or (None) unless a CUDA graph is being captured, where a
+    read-back would break the capture."""
+    if check is None:
+        return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    return check_flag("check_scale_values", check)
+
+
 def forward_quantized(
     q8: torch.Tensor,
     k8: torch.Tensor,
@@ -474,9 +507,11 @@ def forward_quantized(
     q_block: int | None = None,
     kv_block: int | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
-    config: FP8Config | None = None,
-    check_scale_values: bool = True,
+    config=None,
+    check_scale_values: bool | None = None,
     p_scale: float = P_SCALE,
+    kernel: str = "auto",
+    schedule="fa3",
 ) -> torch.Tensor:
     """Attention of e4m3 inputs: ``softmax((q8·q_scale)(k8·k_scale)ᵀ · sm_scale) (v8·v_scale)``.
 
@@ -485,24 +520,27 @@ def forward_quantized(
         q_scale, k_scale, v_scale: float32 descale factors, each of shape () (per tensor), (B, H) or
             (B, H_kv) (per head), or (B, H, ⌈N / block⌉) (per block of the sequence axis); positive and
             finite. k_scale and v_scale may differ in granularity.
-        q_block, kv_block: rows per block of a per-block Q / K-V scale; default the kernel's BLOCK_M /
-            BLOCK_N (``quantize`` with those block sizes). Must be multiples of them, so that every tile has
-            one scale per operand.
+        q_block, kv_block: rows per block of a per-block Q / K-V scale; default the kernel's (``blocks``).
+            Must be multiples of its tiles, so that every tile has one scale per operand.
         out_dtype: torch.bfloat16 or torch.float16.
-        config: pins the tiles (else ``KERNELS_FP8_CONFIG``, else ``default_config``).
+        config: pins the tiles: an ``FP8Config`` (the Triton kernel; else ``KERNELS_FP8_CONFIG``) or an
+            ``fa3.FA3Config`` (the FA-3 kernel; else ``KERNELS_FA3_FP8_CONFIG``).
         check_scale_values: refuse scales that are not positive and finite (reads them back: one host
-            synchronisation per scale on a GPU); False skips that, e.g. inside a timed loop.
+            synchronisation per scale on a GPU); None (the default) checks except while a CUDA graph is
+            being captured; False skips it, e.g. inside a timed loop.
         p_scale: P ∈ [0, 1] is multiplied by this before its cast to e4m3 and divided out at the end: a
             power of two from 1 (no scaling: P's small entries fall into e4m3's subnormals, the smallest
             2⁻⁹) to 256 (the default: the smallest representable P becomes 2⁻¹⁷); P · p_scale ≤ 448.
+        kernel: ``"auto"`` (FA-3 on Hopper where it handles the head dim, else Triton), ``"fa3"`` or
+            ``"triton"``; schedule: the FA-3 kernel's (``fa3.SCHEDULES``: the ablation's variants).
 
-    Speed: FP8 wgmma needs its B operand K-major, so for P·V the kernel wants V with the sequence axis
-    contiguous. Pass ``v8`` as the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk]`` tensor
-    (``v8.transpose(-1, -2).contiguous().transpose(-1, -2)``, as ``attention`` does) and the kernel reads
-    it that way; a row-major ``v8`` is transposed in shared memory inside the loop, 2.5× slower on an H200.
+    Speed: FP8 wgmma needs its B operand K-major, so for P·V both kernels want V with the sequence axis
+    contiguous: ``v8`` as the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk]`` tensor (``quantize_qkv``
+    makes it so). Otherwise FA-3 copies V transposed first, and the Triton kernel transposes each tile in
+    shared memory.
 
     Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
-    shapes, scales, block sizes or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
+    shapes, scales, block sizes, kernels or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
     """
     causal = check_flag("causal", causal)
     _check_fp8_inputs(q8, k8, v8)
@@ -512,18 +550,26 @@ def forward_quantized(
     b, h, seqlen_q, d = q8.shape
     seqlen_k = k8.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
-    cfg = config_in_effect(d, config)
-    q_block = cfg.block_m if q_block is None else int(q_block)
-    kv_block = cfg.block_n if kv_block is None else int(kv_block)
+    which = "fa3" if isinstance(config, fa3.FA3Config) else kernel_for(q8.device, d, kernel)
+    qb, kvb = blocks(which, d, config)
+    q_block = qb if q_block is None else int(q_block)
+    kv_block = kvb if kv_block is None else int(kv_block)
+    check = _check_values(check_scale_values, q8.device)
     for name, scale, operand, blk in (("q_scale", q_scale, q8, q_block), ("k_scale", k_scale, k8, kv_block),
                                       ("v_scale", v_scale, v8, kv_block)):  # fmt: skip
-        _check_scale(name, scale, operand.shape, blk, check_scale_values)
+        _check_scale(name, scale, operand.shape, blk, check)
         if scale.device != q8.device:
             raise ValueError(f"{name} is on {scale.device} but q8 is on {q8.device}")
-    if q_scale.dim() == 3 and q_block % cfg.block_m:
-        raise ValueError(f"q_block={q_block} must be a multiple of the kernel's BLOCK_M={cfg.block_m}")
-    if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % cfg.block_n:
-        raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's BLOCK_N={cfg.block_n}")
+    if q_scale.dim() == 3 and q_block % qb:
+        raise ValueError(f"q_block={q_block} must be a multiple of the kernel's {qb} query rows per tile")
+    if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % kvb:
+        raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's {kvb} keys per tile")
+    if which == "fa3":
+        return fa3.forward_fp8(q8, k8, v8.transpose(-1, -2), q_scale, k_scale, v_scale, causal, sm_scale,
+                               q_block=q_block, kv_block=kv_block, out_dtype=out_dtype,
+                               config=config if isinstance(config, fa3.FA3Config) else None, schedule=schedule,
+                               p_scale=p_scale)[0]  # fmt: skip
+    cfg = config_in_effect(d, config)
     out = torch.empty((b, h, seqlen_q, d), device=q8.device, dtype=out_dtype)
     if out.numel() == 0 or seqlen_k == 0:  # nothing to compute, or no keys: every row sees nothing
         return out.zero_()
@@ -533,7 +579,7 @@ def forward_quantized(
         _fp8_fwd_kernel[grid](
             q8, k8, v8, out, q_scale, k_scale, v_scale,
             *q8.stride(), *k8.stride(), *v8.stride(), *out.stride(),
-            *_scale_strides(q_scale), *_scale_strides(k_scale), *_scale_strides(v_scale),
+            *fa3.scale_strides(q_scale), *fa3.scale_strides(k_scale), *fa3.scale_strides(v_scale),
             q_block, kv_block, h, h // k8.shape[1], seqlen_q, seqlen_k, float(sm_scale),
             HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), EVEN_N=seqlen_k % cfg.block_n == 0,
             EVEN_D=d == block_d, V_SCALE_PER_TILE=v_scale.dim() == 3, EMULATE_P_CAST=INTERPRET, P_SCALE=p_scale,
@@ -557,8 +603,10 @@ def attention(
     rotate: bool = False,
     *,
     seed: int = 0,
-    config: FP8Config | None = None,
+    config=None,
     p_scale: float = P_SCALE,
+    kernel: str = "auto",
+    schedule="fa3",
 ) -> torch.Tensor:
     """FP8 attention of bfloat16/float16 inputs: quantise Q, K, V to e4m3, then ``forward_quantized``.
 
@@ -568,33 +616,64 @@ def attention(
         sm_scale: score scale, default ``1/sqrt(d)``.
         granularity: ``"tensor"``, ``"head"`` or ``"block"`` (per kernel tile, FlashAttention-3's choice);
             ``"none"`` casts without scaling (the experiments' control).
-        rotate: incoherent processing: Q and K multiplied (in fp32) by ``rotation(d, seed)`` before quantising.
-        seed: the rotation's seed; config: pins the tiles, p_scale: P's scale, as in ``forward_quantized``.
+        rotate: incoherent processing: Q and K multiplied by ``rotation(d, seed)`` before quantising.
+        seed: the rotation's seed; config, p_scale, kernel, schedule: as in ``forward_quantized``.
 
-    Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable.
+    Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable. Nothing is read back to
+    the host (the call can be captured in a CUDA graph); non-finite inputs give non-finite outputs.
     """
     causal = check_flag("causal", causal)
     rotate = check_flag("rotate", rotate)
     _check_granularity(granularity)
     _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=OUT_DTYPES,
                    dtype_note="FP8 attention takes float16 or bfloat16 inputs")  # fmt: skip
-    cfg = config_in_effect(q.shape[3], config)
-    q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, cfg, rotate=rotate, seed=seed)
-    return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=cfg.block_m, kv_block=cfg.block_n,
-                             out_dtype=q.dtype, config=cfg, p_scale=p_scale)  # fmt: skip
+    which = "fa3" if isinstance(config, fa3.FA3Config) else kernel_for(q.device, q.shape[3], kernel)
+    qb, kvb = blocks(which, q.shape[3], config)
+    q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed)
+    return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=qb, kv_block=kvb, out_dtype=q.dtype,
+                             config=config, check_scale_values=False, p_scale=p_scale, kernel=which,
+                             schedule=schedule)  # fmt: skip
 
 
-def quantize_qkv(q, k, v, granularity: str, config: FP8Config, *, rotate: bool = False, seed: int = 0):
-    """Q, K, V quantised for ``forward_quantized`` with ``config``'s tiles as the scale blocks, V laid out
-    sequence-contiguous (see ``forward_quantized``): ``(q8, k8, v8, q_scale, k_scale, v_scale)``.
-    ``rotate``: incoherent processing, Q and K multiplied (in fp32) by ``rotation(d, seed)`` first."""
+_ROTATIONS: dict[tuple, torch.Tensor] = {}
+
+
+def _rotation_on(d: int, seed: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``rotation(d, seed)`` on ``device`` in ``dtype``, made once per (d, seed, device, dtype): later calls
+    copy nothing to the GPU, so they can be captured in a CUDA graph."""
+    key = (d, seed, str(device), dtype)
+    if key not in _ROTATIONS:
+        _ROTATIONS[key] = rotation(d, seed, device=device, dtype=dtype)
+    return _ROTATIONS[key]
+
+
+def quantize_qkv(q, k, v, granularity: str, config=None, *, blocks: tuple[int, int] | None = None,
+                 rotate: bool = False, seed: int = 0, check_finite: bool = False):  # fmt: skip
+    """Q, K, V quantised for ``forward_quantized`` by the fused quantiser (``fp8_quant``, no host
+    synchronisation): ``(q8, k8, v8, q_scale, k_scale, v_scale)``, V laid out sequence-contiguous (``v8`` is
+    the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk']`` tensor).
+
+    The per-block scales' rows are ``blocks`` (Q rows, K/V rows), else ``config``'s tiles (an ``FP8Config``
+    or an ``fa3.FA3Config``), else the Triton kernel's defaults. ``rotate``: incoherent processing, Q and K
+    multiplied by ``rotation(d, seed)`` first (one matrix product each, in their dtype with fp32
+    accumulation). ``check_finite``: raise ``ValueError`` for NaN or Inf inputs (reads a count back: one
+    synchronisation); otherwise they give non-finite scales, and so non-finite outputs."""
+    d = q.shape[-1]
+    if blocks is None:
+        blocks = globals()["blocks"]("fa3" if isinstance(config, fa3.FA3Config) else "triton", d, config)
+    qb, kvb = blocks
     if rotate:
-        m = rotation(q.shape[-1], seed, device=q.device)
-        q, k = q.float() @ m, k.float() @ m
-    q8, qs = quantize(q, granularity, config.block_m)
-    k8, ks = quantize(k, granularity, config.block_n)
-    v8, vs = quantize(v, granularity, config.block_n)
-    return q8, k8, v8.transpose(-1, -2).contiguous().transpose(-1, -2), qs, ks, vs
+        m = _rotation_on(d, seed, q.device, q.dtype if q.dtype in OUT_DTYPES else torch.float32)
+        q, k = q @ m, k @ m
+    one = dict(block=None) if granularity != "block" else {}
+    parts = [fp8_quant.quantize(q, granularity, **(one or {"block": qb})),
+             fp8_quant.quantize(k, granularity, **(one or {"block": kvb})),
+             fp8_quant.quantize(v, granularity, **(one or {"block": kvb}), transpose=True)]  # fmt: skip
+    if check_finite:
+        for name, part in zip(("q", "k", "v"), parts, strict=True):
+            part.check(name)
+    (q8, qs, _), (k8, ks, _), (vt8, vs, _) = parts
+    return q8, k8, vt8.transpose(-1, -2), qs, ks, vs
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ capture, and a whole training step (forward and ``torch.autograd.grad`` both ins
 "whole-network capture"). Capturing ``autograd.grad`` of a forward built *before* the capture is not a valid
 test: autograd runs the backward on the stream its forward ran on, which is not the capturing stream.
 
-Not covered here: ``fp8.attention`` (its quantiser synchronises with the host; a rewrite of the quantiser will
-remove that), marked skip with that reason; ``fp8.forward_quantized`` with pre-quantised inputs is captured.
+FP8 attention is captured whole (the fused quantiser and the attention kernel, nothing read back) with each
+of its kernels, and the FA-3 entries where the GPU is a Hopper one (skipped elsewhere, with that reason).
 """
 
 from __future__ import annotations
@@ -223,21 +223,46 @@ def _moe_ffn():
     return Entry(lambda: moe_ffn(x, logits, wg, wu, wd, top_k=4), _refill([x, logits], 10))
 
 
-def _fp8_quantized():
+def _hopper() -> None:
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the FA-3 kernel is built for Hopper (compute capability 9.x)")
+
+
+def _fp8_quantized(kernel: str):
     from kernels.attention import fp8
 
-    cfg = fp8.config_in_effect(128)
+    if kernel == "fa3":
+        _hopper()
+    qb, kvb = fp8.blocks(kernel, 128)
     q, k, v = (_randn(1, 8, 1000, 128, seed=s) for s in (1, 2, 3))
-    q8, k8, v8, qs, ks, vs = fp8.quantize_qkv(q, k, v, "block", cfg)
-    call = lambda: fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, q_block=cfg.block_m,  # noqa: E731
-                                         kv_block=cfg.block_n, check_scale_values=False)  # fmt: skip
+    q8, k8, v8, qs, ks, vs = fp8.quantize_qkv(q, k, v, "block", blocks=(qb, kvb))
+    call = lambda: fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, q_block=qb,  # noqa: E731
+                                         kv_block=kvb, check_scale_values=False, kernel=kernel)  # fmt: skip
 
     def refresh():
-        new = fp8.quantize_qkv(*(_randn(1, 8, 1000, 128, seed=s) for s in (11, 12, 13)), "block", cfg)
+        new = fp8.quantize_qkv(*(_randn(1, 8, 1000, 128, seed=s) for s in (11, 12, 13)), "block", blocks=(qb, kvb))
         for old, fresh in zip((q8, k8, v8, qs, ks, vs), new, strict=True):
             old.copy_(fresh)
 
     return Entry(call, refresh)
+
+
+def _fp8_attention(kernel: str, granularity: str):
+    from kernels.attention import fp8
+
+    if kernel == "fa3":
+        _hopper()
+    q, k, v = _randn(1, 8, 1000, 128, seed=1), _randn(1, 2, 1037, 128, seed=2), _randn(1, 2, 1037, 128, seed=3)
+    call = lambda: fp8.attention(q, k, v, causal=True, granularity=granularity, kernel=kernel)  # noqa: E731
+    return Entry(call, _refill([q, k, v], 10))
+
+
+def _fa3_forward():
+    from kernels.attention import fa3
+
+    _hopper()
+    q, k, v = _randn(2, 8, 1000, 128, seed=1), _randn(2, 2, 1037, 128, seed=2), _randn(2, 2, 1037, 128, seed=3)
+    return Entry(lambda: fa3.forward(q, k, v, causal=True), _refill([q, k, v], 10))
 
 
 ENTRIES = {
@@ -253,7 +278,12 @@ ENTRIES = {
     "moe.grouped_gemm": lambda: _grouped(False),
     "moe.grouped_gemm swiglu": lambda: _grouped(True),
     "moe.moe_ffn": _moe_ffn,
-    "fp8.forward_quantized": _fp8_quantized,
+    "fa3.forward": _fa3_forward,
+    "fp8.forward_quantized fa3": lambda: _fp8_quantized("fa3"),
+    "fp8.forward_quantized triton": lambda: _fp8_quantized("triton"),
+    "fp8.attention fa3 (fused quantiser, per block)": lambda: _fp8_attention("fa3", "block"),
+    "fp8.attention fa3 (fused quantiser, per tensor)": lambda: _fp8_attention("fa3", "tensor"),
+    "fp8.attention triton (fused quantiser, per head)": lambda: _fp8_attention("triton", "head"),
 }
 
 
@@ -276,13 +306,3 @@ def test_steady_state_call_does_not_synchronise(name):
     entry.call()
     entry.call()
     _no_sync(entry.call)
-
-
-@pytest.mark.skip(reason="fp8.attention's quantiser synchronises with the host per call; left to the FP8 rewrite")
-def test_fp8_attention_capture():
-    from kernels.attention import fp8
-
-    q, k, v = (_randn(1, 8, 1000, 128, seed=s) for s in (1, 2, 3))
-    graph, static, stream = _capture(lambda: fp8.attention(q, k, v, causal=True))
-    _replay(graph, stream)
-    _assert_same_bits(static, _eager(lambda: fp8.attention(q, k, v, causal=True), stream), "fp8.attention")

@@ -34,32 +34,50 @@ _SCRIPT = textwrap.dedent(
     from analysis.families.compiled import run as compiled
 
     def one(job):
-        d, schedule, causal = job
-        kernel, _ = compiled.fa3_kernel(d, "bfloat16", causal, schedule)
+        d, schedule, causal, fp8 = job
+        kernel, _ = compiled.fa3_kernel(d, "bfloat16", causal, schedule, fp8=fp8)
         ptx = kernel.asm["ptx"]
-        row = sass.summary(sass.read(kernel.asm["cubin"]), kernel.metadata.shared)
-        row.update(head_dim=d, schedule=schedule, causal=causal, ptx_mbarrier_waits=ptx.count("mbarrier.try_wait"),
+        code = sass.read(kernel.asm["cubin"])
+        row = sass.summary(code, kernel.metadata.shared)
+        loop = code.hot_loop()
+        ops = code.opcodes(*loop) if loop else {}
+        row.update(head_dim=d, schedule=schedule, causal=causal, fp8=fp8, loop_qgmma=ops.get("QGMMA", 0),
+                   loop_hgmma=ops.get("HGMMA", 0), ptx_mbarrier_waits=ptx.count("mbarrier.try_wait"),
                    ptx_wait_one=ptx.count("wgmma.wait_group.sync.aligned 1;"))
         return row
 
-    jobs = [(d, s, c) for d in (64, 128, 256) for s in sys.argv[1].split(",") for c in (False, True)]
+    jobs = [(d, s, c, False) for d in (64, 128, 256) for s in sys.argv[1].split(",") for c in (False, True)]
+    jobs += [(d, s, c, True) for d, s, c in json.loads(sys.argv[2])]
     with ProcessPoolExecutor(2) as pool:
         for row in pool.map(one, jobs):
             print(json.dumps(row), flush=True)
     """
 )
 
+# the FP8 variants compiled: every head dim with TMA and without, the causal mask at d=128
+FP8_VARIANTS = [(d, s, False) for d in HEAD_DIMS for s in ("fa3", "no-tma")] + [(128, "fa3", True)]
+
 
 @pytest.fixture(scope="module")
-def variants() -> dict[tuple, dict]:
+def compiled_rows() -> list[dict]:
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _SCRIPT, ",".join(SCHEDULES)], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=1500)  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _SCRIPT, ",".join(SCHEDULES), json.dumps(FP8_VARIANTS)], env=env,
+                         cwd=ROOT, capture_output=True, text=True, timeout=1800)  # fmt: skip
     assert run.returncode == 0, run.stderr[-4000:]
-    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    return {(r["head_dim"], r["schedule"], r["causal"]): r for r in rows}
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def variants(compiled_rows) -> dict[tuple, dict]:
+    """The 16-bit variants by (head_dim, schedule, causal)."""
+    return {(r["head_dim"], r["schedule"], r["causal"]): r for r in compiled_rows if not r["fp8"]}
+
+
+@pytest.fixture(scope="module")
+def fp8_variants(compiled_rows) -> dict[tuple, dict]:
+    return {(r["head_dim"], r["schedule"], r["causal"]): r for r in compiled_rows if r["fp8"]}
 
 
 CASES = [pytest.param(d, s, c, id=f"d{d}-{s}-{'causal' if c else 'full'}")
@@ -103,3 +121,25 @@ def test_warpgroup_mma_issues_a_tile_in_few_instructions(variants):
     for d in HEAD_DIMS:
         block_n = fa3.default_config(d).block_n
         assert variants[(d, "fa3", False)]["loop_mma"] == d // 16 + block_n // 16
+
+
+@pytest.mark.parametrize("head_dim, schedule, causal", FP8_VARIANTS, ids=[f"d{d}-{s}-{'causal' if c else 'full'}"
+                                                                         for d, s, c in FP8_VARIANTS])  # fmt: skip
+def test_fp8_runs_on_the_fp8_tensor_cores(fp8_variants, head_dim, schedule, causal):
+    """e4m3 inputs: every product of the hot loop a QGMMA (k = 32 per instruction, half the 16-bit count),
+    none in 16 bits; TMA where the schedule uses it (Q, K and the transposed V), the register split of warp
+    specialisation, no spills at all, within shared memory."""
+    from kernels.attention import fa3
+
+    r = fp8_variants[(head_dim, schedule, causal)]
+    block_n = fa3.default_config(head_dim, fp8=True).block_n
+    assert r["loop_hgmma"] == 0 and r["loop_qgmma"] == head_dim // 32 + block_n // 32, r
+    assert r["shared_bytes"] <= HOPPER_SHARED, r
+    limits = [int(x) for x in r["setmaxnreg"].split("/")]
+    assert min(limits) <= 56 and max(limits) >= 224, r
+    assert r["loop_thread_loads"] <= 2, r  # a consumer loads only the K and V tiles' scales itself
+    assert r["kernel_spills"] == 0 and r["stack_bytes"] == 0, r
+    if schedule == "fa3":
+        assert r["load_loop_tma"] == 2, r
+    else:  # V transposed copied 16 keys (bytes) per copy
+        assert r["load_loop_tma"] == 0 and r["load_loop_thread_loads"] > 0, r

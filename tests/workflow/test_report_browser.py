@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import audit, pipeline, registry
@@ -55,12 +56,13 @@ def rendered(tmp_path_factory):
     return html, out
 
 
-def dump_dom(html: Path) -> str:
+def dump_dom(html: Path, fragment: str = "", width: int = 1280) -> str:
+    """The DOM after load, in a window ``width`` pixels wide, with ``fragment`` appended to the address."""
     args = [
         browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={html.parent / 'chromium-profile'}", "--virtual-time-budget=15000", "--dump-dom",
-        html.as_uri(),
+        f"--user-data-dir={html.parent / 'chromium-profile'}", "--virtual-time-budget=15000",
+        f"--window-size={width},900", "--dump-dom", html.as_uri() + fragment,
     ]  # fmt: skip
     r = subprocess.run(args, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -79,8 +81,10 @@ def test_report_loads_and_every_figure_renders(rendered):
     figures = sum(1 for _ in out.glob("figures/*/*/*.png"))
     assert figures > 0
     assert int(body_attr(dom, "data-load-errors")) == 0
-    assert int(body_attr(dom, "data-images")) == figures
-    assert int(body_attr(dom, "data-images-rendered")) == figures
+    thumbs = len(re.findall(r'<img class="thumb"', dom))  # the first screen's thumbnails of those figures
+    assert thumbs > 0
+    assert int(body_attr(dom, "data-images")) == figures + thumbs
+    assert int(body_attr(dom, "data-images-rendered")) == figures + thumbs
 
 
 def test_verdict_table_has_every_claim(rendered):
@@ -89,3 +93,51 @@ def test_verdict_table_has_every_claim(rendered):
     ids = set(re.findall(r'<tr [^>]*class="claim-row" data-claim="([^"]+)"', dom))
     claims = {c.id for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
     assert ids == claims
+
+
+def test_nothing_is_wider_than_a_1280_pixel_window(rendered):
+    html, _ = rendered
+    dom = dump_dom(html, width=1280)
+    inner = int(body_attr(dom, "data-inner-width"))
+    assert inner == 1280
+    assert int(body_attr(dom, "data-scroll-width")) <= inner
+
+
+def test_every_claim_shows_its_statement_and_the_quotes_render_in_the_embedded_font(rendered):
+    import html as html_lib
+
+    from analysis import claims_view
+
+    page, _ = rendered
+    dom = html_lib.unescape(dump_dom(page))
+    for claim in claims_view.load_texts().values():
+        assert claim.statement in dom, claim.id
+        assert all(q.text in dom for q in claim.quotes), claim.id
+    # the page's load handler found the embedded face, loaded it, and it covers every quote's characters
+    assert body_attr(dom, "data-quote-font") == "loaded"
+
+
+@pytest.mark.parametrize("preset", ["verdict:fails", "topic:fa3,kind:measured"])
+def test_the_filter_shows_exactly_the_matching_rows(rendered, preset):
+    html, out = rendered
+    verdicts = pd.read_csv(out / "verdicts.csv", keep_default_na=False)
+    texts = claims_view_texts()
+    want = pd.Series(True, index=verdicts.index)
+    for kv in preset.split(","):
+        key, value = kv.split(":")
+        if key == "topic":
+            want &= verdicts["claim_id"].map(lambda c: texts[c].topic) == value
+        elif key == "kind":
+            want &= verdicts["kind"].str.split(", ").map(lambda ks, v=value: v in ks)
+        else:
+            want &= verdicts[key] == value
+    assert 0 < int(want.sum()) < len(verdicts)
+    dom = dump_dom(html, fragment=f"#filter={preset}")
+    assert int(body_attr(dom, "data-claims-shown")) == int(want.sum())
+    assert int(body_attr(dom, "data-claims-shown")) < len(verdicts)
+
+
+def claims_view_texts():
+    from analysis import claims_view
+
+    return claims_view.load_texts()

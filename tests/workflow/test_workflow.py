@@ -113,7 +113,8 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
 def test_default_budget_is_the_one_quoted_in_the_config():
     """The point counts and seconds quoted in workflow/config.yaml, under each family's section, are what the
     families' plans compute now, and the default grid stays within its budget (warm cache): under 7 minutes of
-    attention points (FA-3's included), about 2 more for fp8-speed and fp8-accuracy."""
+    attention points (FA-3's included), under 2.5 more for fp8-speed and fp8-accuracy, and under 9 minutes for
+    both (the pipeline's other rules and first-run compiles fill the rest of ~10)."""
     config = configuration.load_config([CONFIG])
     quoted = budget.quoted(CONFIG.read_text())
     estimated = [f for f in registry.FAMILIES.values() if budget.estimates(f)]
@@ -122,7 +123,8 @@ def test_default_budget_is_the_one_quoted_in_the_config():
         assert quoted[fam.name] == budget.budget_table(fam, config), fam.name
     seconds = {name: sum(e["seconds"] for e in budget.budget(registry.family(name), config).values())
                for name in ("attention", "fp8")}  # fmt: skip
-    assert seconds["attention"] <= 400 and seconds["fp8"] <= 130
+    assert seconds["attention"] <= 400 and seconds["fp8"] <= 150
+    assert seconds["attention"] + seconds["fp8"] <= 540
 
 
 def test_disabled_sections_plan_no_jobs_of_theirs(tmp_path):
@@ -189,6 +191,21 @@ def cpu_run(tmp_path_factory) -> Path:
     return work
 
 
+def test_snakemakes_own_report_has_every_figure_with_its_caption(cpu_run, tmp_path):
+    """`snakemake --report`: the figures registered with report() are in it, each with its own caption."""
+    out = tmp_path / "snakemake-report.html"
+    r = snakemake("--cores", "1", "--configfile", str(MINI), "--report", str(out), cwd=cpu_run, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    html = out.read_text(encoding="utf-8")
+    drawn = sorted({p.stem for p in (cpu_run / "results" / "report").glob("**/*.png")})
+    assert len(drawn) > 5
+    for name in drawn:
+        (file,) = ROOT.glob(f"analysis/families/*/captions/{name}.rst")  # its family's caption
+        caption = " ".join(file.read_text(encoding="utf-8").split())
+        assert f"{name}.png" in html, name
+        assert caption.split(". ")[0][:60] in html, name  # its own caption, not a shared one
+
+
 def test_cpu_pipeline_end_to_end(cpu_run):
     """Run the workflow on the mini config, and check what it produced."""
     work = cpu_run
@@ -219,7 +236,7 @@ def test_cpu_pipeline_end_to_end(cpu_run):
     assert "No shipped results are included" not in html
     verdicts = pd.read_csv(work / "results" / "audit" / "verdicts.csv", keep_default_na=False)
     borderline = int(verdicts["borderline"].sum())
-    assert borderline >= 1 and f'<td class="num borderline-count">{borderline}</td>' in html
+    assert borderline >= 1 and f'<span class="borderline borderline-count">{borderline} borderline</span>' in html
 
 
 class _Broken:

@@ -27,6 +27,22 @@ except shipped.ShippedSetError as exc:
     raise WorkflowError(str(exc)) from None
 
 
+def figure_captions():
+    """Every figure's caption, by figure name (the .rst files of the caption folders), for the captions of
+    Snakemake's own report (reports/captions/figure.rst picks a figure's by its name).
+    """
+    root = Path(workflow.basedir)
+    folders = [root / "reports" / "captions", *root.glob("analysis/**/captions")]
+    return {
+        p.stem: " ".join(p.read_text(encoding="utf-8").split())
+        for folder in folders
+        for p in sorted(folder.glob("*.rst"))
+    }
+
+
+FIGURE_CAPTIONS = figure_captions()
+
+
 def gpu_limit():
     """The run's `--resources gpu=N` (None when it sets none). N caps the GPU jobs running at once and the
     device pool they take their GPUs from (workflow/scripts/_gpu_pool.py); 0 (the cpu profile) measures

@@ -6,14 +6,17 @@ rule figures:
         report(
             update(directory(f"{RESULTS}/report/{{gpu}}/{{family}}")),
             patterns=["{name}.png"],
-            caption="../../reports/captions/figures.rst",
-            category="Figures",
+            caption="../../reports/captions/figure.rst",
+            category="{family}",
             subcategory="{gpu}",
+            labels={"figure": "{name}"},
         ),
     log:
         f"{RESULTS}/logs/report/{{gpu}}_{{family}}_figures.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        captions=FIGURE_CAPTIONS,
     script:
         "../scripts/figures.py"
 

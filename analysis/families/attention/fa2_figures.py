@@ -20,6 +20,7 @@ from analysis.core.plotting import (
     FACET_HEIGHT,
     OURS,
     PALETTE,
+    NotMeasured,
     colour,
     impl_order,
     legend_handles,
@@ -50,8 +51,10 @@ from analysis.families.attention.plots import (
 
 def _tflops(df: pd.DataFrame, out_png, mode: str) -> pd.DataFrame:
     d = fa2_mode(df, mode).dropna(subset=["tflops"])
-    require(d, f"no ok timed {mode} rows for experiment 'fa2-setting'")
     prepared = prepare(df, "fa2-setting")
+    if not (prepared["mode"] == mode).any():
+        raise NotMeasured(f"this run measured no {mode} rows of experiment 'fa2-setting'")
+    require(d, f"no ok timed {mode} rows for experiment 'fa2-setting'")
     bad = prepared[(prepared["mode"] == mode) & (prepared["status"] != "ok")]
     d = d.assign(
         tflops_lo=d["tflops"] * d["ms_median"] / d["ms_p80"],

@@ -41,10 +41,13 @@ def fa3_util(claim, ctx):
             judge_range([frac[judged]], lo, hi),
             f"{frac[judged]:.0f}% of peak ({judged}, {best[judged]:.0f} TFLOP/s); " + "; ".join(others),
             f"judged: {what}, its best forward point in the FA-2 setting on {name} ({peak:g} TFLOP/s dense), "
-            "the claim's H100 figure in its hardware-independent form (the H200 has the H100's tensor cores)",
+            "the claim's H100 figure in its hardware-independent form (the H200 has the H100's tensor cores); "
+            "beside it: " + "; ".join(others),
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, mode=fwd",
             gpu=gpu,
             unit="% of peak",
+            parts={"utilisation": ([frac[judged]], f"{frac[judged]:.0f}% of the {peak:g} TFLOP/s peak ({judged})"),
+                   "tflops": ([best[judged]], f"{best[judged]:.0f} TFLOP/s ({judged})")},
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "forward rows")

@@ -50,8 +50,10 @@ def mem_128k_head(claim, ctx):
     ]
     verdict = "holds" if all(checks) else "partly" if any(checks) else "fails"
     observed = f"{elements:.4g} elements; S {s / GB:.2f} GB; S+P {2 * s / GB:.1f} GB"
+    parts = {"elements": ([elements], f"{elements:.4g} elements"), "s": ([s / GB], f"S {s / GB:.2f} GB"),
+             "s-and-p": ([2 * s / GB], f"S+P {2 * s / GB:.1f} GB")}  # fmt: skip
     return [Verdict(verdict, observed, "decimal GB (1e9 bytes)", "analysis/core/models.py: score_matrix_bytes(131072)",
-                    unit="GB")]  # fmt: skip
+                    unit="GB", parts=parts)]  # fmt: skip
 
 
 @EVALUATORS("mem_128k_oom")
@@ -164,6 +166,7 @@ def incident_rollback(claim, ctx):
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment=memory, seqlen_q={n}, impl=naive,ours-fa2",
             gpu=gpu,
             unit="×",
+            parts={"memory": ([cut], f"memory −{cut:.1f}%"), "latency": ([speed], f"latency {speed:.2f}× lower")},
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "the memory experiment")
@@ -272,6 +275,9 @@ def tc_bound_55(claim, ctx):
     return [analytic, *on_each_gpu(ctx.table(ATTENTION), measured, "naive attention rows", optional=True)]
 
 
+A100 = "a100-sxm4-80gb"  # the GPU the articles' MFU and TFLOP/s figures are about
+
+
 def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes=("fwd",), about="an A100"):
     """``impl``'s 16-bit TFLOP/s as a share of each measured GPU's dense peak, judged against the claim's range
     (the hardware-independent form of a claim about another GPU)."""
@@ -290,6 +296,9 @@ def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes
             if rows["mode"].nunique() > 1
             else ""
         )
+        # a TFLOP/s figure about an A100 in its hardware-independent form: the same share of the A100's peak
+        a100, _ = dense_peak(A100)
+        at_a100 = frac * a100 / 100
         return Verdict(
             judge_range(frac, lo, hi),
             f"{frac.min():.0f}–{frac.max():.0f}% of peak",
@@ -298,6 +307,9 @@ def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment={where}, impl={impl}",
             gpu=gpu,
             unit="% of peak",
+            parts={"utilisation": (frac, f"{frac.min():.0f}–{frac.max():.0f}% of {name}'s peak"),
+                   "tflops": (at_a100, f"{at_a100.min():.0f}–{at_a100.max():.0f} TFLOP/s at the same share of the "
+                                       f"A100's {a100:g}")},
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, f"{impl} rows")

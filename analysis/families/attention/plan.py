@@ -381,8 +381,10 @@ def estimate_seconds(fields: dict) -> float:
     return seconds_of(spec(fields))
 
 
-def keys_of(s: Spec) -> set[tuple]:
-    """The kernel specialisations a shard's spec compiles (to count their first-compile cost once per run)."""
+def keys_of(s: Spec, gluon_fp8: tuple[str, ...] = ()) -> set[tuple]:
+    """The kernel specialisations a shard's spec compiles (to count their first-compile cost once per run);
+    ``gluon_fp8``: the FP8 implementations (the FP8 family's), which run the FA-3 kernel on e4m3 unless
+    ``-triton``: one variant per mask."""
     shapes = [s.shape(i) for i in range(len(s.seqlens))] if s.experiment != "varlen" else [(0, 0, 1, 1)]
     keys = set()
     for _, _, nq, nk in shapes:
@@ -393,6 +395,8 @@ def keys_of(s: Spec) -> set[tuple]:
             kernel = "ours-fa2" if impl == "ours-fa2-padded" else impl
             if impl in FA3_IMPLS:
                 keys.add(("gluon", kernel, *setting[:3]))
+            elif impl in gluon_fp8 and "-triton" not in impl:
+                keys.add(("gluon", impl.removesuffix("-e2e"), *setting[:3]))
             elif cfg is not None:
                 keys.add(("fixed", kernel, cfg, *setting))
             else:

@@ -13,7 +13,17 @@ from __future__ import annotations
 import pandas as pd
 import seaborn as sns
 
-from analysis.core.plotting import DTYPE_ORDER, FACET_ASPECT, FACET_HEIGHT, as_bool, fmt_n, gpu_label, note, save
+from analysis.core.plotting import (
+    DTYPE_ORDER,
+    FACET_ASPECT,
+    FACET_HEIGHT,
+    as_bool,
+    fmt_n,
+    gpu_label,
+    hide_empty_facets,
+    note,
+    save,
+)
 
 BASELINE = "naive"
 
@@ -154,6 +164,7 @@ def title(d: pd.DataFrame, what: str) -> str:
 def finish(g: sns.FacetGrid, title: str, xlabel: str, ylabel: str, legend: dict, out_png) -> None:
     g.set_titles(row_template="{row_name}", col_template="{col_name}")
     g.set_axis_labels(xlabel, ylabel)
+    hide_empty_facets(g, xlabel, ylabel)
     g.add_legend(legend_data=legend, title="implementation")
     g.figure.suptitle(title, fontweight="bold")
     # Room for the title above the column titles, in inches so it holds for any number of rows.

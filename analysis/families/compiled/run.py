@@ -36,8 +36,10 @@ FA2_TILE = "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=3"
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 
 
-def fa3_kernel(head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", producer_regs: int | None = None):
-    """The FA-3 kernel variant compiled for sm_90 (its default tiles for the head dim)."""
+def fa3_kernel(head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", producer_regs: int | None = None,
+               fp8: bool = False):  # fmt: skip
+    """The FA-3 kernel variant compiled for sm_90 (its default tiles for the head dim); ``fp8``: e4m3 inputs
+    (``dtype`` is then the output's)."""
     import torch
     from triton.experimental.gluon import language as gl
 
@@ -45,18 +47,21 @@ def fa3_kernel(head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", p
     from kernels.attention.fa3_kernels import _fa3_fwd_kernel
 
     sched = fa3.schedule_of(schedule)
-    config = fa3.default_config(head_dim)
-    constexprs, options = fa3.kernel_specialisation(config, sched, causal, producer_regs)
-    name, gdt = _DTYPES[dtype], fa3.gl_dtype(getattr(torch, dtype))
+    config = fa3.default_config(head_dim, fp8)
+    constexprs, options = fa3.kernel_specialisation(config, sched, causal, producer_regs, fp8=fp8, p_scale=256.0)
+    out_name, out_gl = _DTYPES[dtype], fa3.gl_dtype(getattr(torch, dtype))
+    name, gdt = ("fp8e4nv", gl.float8e4nv) if fp8 else (out_name, out_gl)
 
-    def desc(rows: int) -> str:
-        layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], gdt)
-        return f"tensordesc<{name}[1,1,{rows},{head_dim}],{layout!r}>"
+    def desc(rows: int, cols: int, ty: str, gty) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, cols], gty)
+        return f"tensordesc<{ty}[1,1,{rows},{cols}],{layout!r}>"
 
     rows = fa3.q_tile_rows(config, sched)
-    kinds = {"q_desc": desc(rows), "o_desc": desc(rows), "k_desc": desc(config.block_n),
-             "v_desc": desc(config.block_n), "q_ptr": f"*{name}", "k_ptr": f"*{name}", "v_ptr": f"*{name}",
-             "lse_ptr": "*fp32", "qk_scale": "fp32"}  # fmt: skip
+    v_tile = (head_dim, config.block_n) if fp8 else (config.block_n, head_dim)
+    kinds = {"q_desc": desc(rows, head_dim, name, gdt), "o_desc": desc(rows, head_dim, out_name, out_gl),
+             "k_desc": desc(config.block_n, head_dim, name, gdt), "v_desc": desc(*v_tile, name, gdt),
+             "q_ptr": f"*{name}", "k_ptr": f"*{name}", "v_ptr": f"*{name}", "lse_ptr": "*fp32", "qs_ptr": "*fp32",
+             "ks_ptr": "*fp32", "vs_ptr": "*fp32", "qk_scale": "fp32"}  # fmt: skip
     return sass.compile_kernel(_fa3_fwd_kernel, kinds, constexprs, 90, options, gluon=True), config
 
 

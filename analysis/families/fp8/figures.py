@@ -29,7 +29,8 @@ CEILINGS = {"fp8-mm": "FP8 GEMM ceiling", "bf16-mm": "bf16 GEMM ceiling"}
 
 
 def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
-    """Forward TFLOP/s against N of our FP8 kernel, our bf16 FA-2 and SDPA (experiment ``fp8-speed``), one
+    """Forward TFLOP/s against N of our FP8 kernels (on quantised inputs and, ``-e2e``, on the bf16 ones with
+    the quantiser timed), our bf16 FA-3 / FA-2 and SDPA (experiment ``fp8-speed``), one
     panel per (head_dim, mask), with this run's FP8 and bf16 GEMM ceilings (median over the shard's
     points) as horizontal lines; the returned table adds each row's speed-up over ours-fa2."""
     d = prepare(df, "fp8-speed")
@@ -60,7 +61,8 @@ def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
         axes[0, 0].set_ylabel("forward TFLOP/s")
         axes[0, 0].set_ylim(bottom=0)
         axes[0, -1].legend(fontsize=7.5, loc="lower right")
-        fig.suptitle(title(d, "FP8 attention forward (inputs quantised before timing)"), fontweight="bold")
+        fig.suptitle(title(d, "FP8 attention forward: inputs quantised before timing; -e2e: quantisation timed too"),
+                     fontweight="bold")  # fmt: skip
         fig.tight_layout()
         save_with_note(fig, out_png, missing_note(failed(d)))
     keys = ["dtype", "head_dim", "causal", "batch", "heads", "seqlen_q", "seqlen_k"]
@@ -78,7 +80,7 @@ FP8_ACCURACY_ORDER = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "
 def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """RMS error against float64 of the same inputs (experiment ``fp8-accuracy``): one panel per input
     distribution, bars per implementation and input dtype at the largest N, log scale; below, the share
-    of P that e4m3 flushes to zero against N, with and without P's scale."""
+    of P that e4m3 flushes to zero there, per FP8 variant (with and without P's scale)."""
     d = prepare(df, "fp8-accuracy")
     d["inputs"] = d["inputs"].fillna("normal").astype(str)
     for c in ("rms_err", "max_abs_err", "p_underflow", "p_mass_lost"):
@@ -109,15 +111,23 @@ def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
             if j:
                 ax.get_legend().remove()
             ax2 = axes[1, j]
-            under = ok[(ok["inputs"] == kind) & ok["p_underflow"].notna()]
-            for impl in [i for i in order if i in set(under["impl"])]:
-                r = under[under["impl"] == impl].groupby("seqlen_q")["p_underflow"].mean().sort_index()
-                ax2.plot(r.index, 100 * r.values, marker="o", label=impl)
-            if len(under):
-                log2_x(ax2, under["seqlen_q"].unique())
-                ax2.legend(fontsize=7)
-            ax2.set_xlabel("sequence length N")
-            ax2.set_ylabel("% of P flushed to 0 by e4m3" if j == 0 else "")
+            under = here[here["p_underflow"].notna()].assign(p_flushed=lambda t: 100 * t["p_underflow"])
+            fp8_impls = [i for i in order if i in set(under["impl"])]
+            if fp8_impls:
+                sns.barplot(data=under, x="impl", y="p_flushed", hue="dtype", order=fp8_impls, hue_order=dtypes,
+                            ax=ax2, palette="muted", legend=False)  # fmt: skip
+                top = float(under["p_flushed"].max())
+                ax2.set_ylim(0, 1.15 * top if top > 0 else 1.0)  # never below zero: a share of P
+                if top == 0:
+                    ax2.text(0.5, 0.5, "no element of P flushed", transform=ax2.transAxes, ha="center",
+                             va="center", color="#555")  # fmt: skip
+                ax2.tick_params(axis="x", rotation=40, labelsize=7.5)
+                for lab in ax2.get_xticklabels():
+                    lab.set_ha("right")
+            else:
+                ax2.set_visible(False)
+            ax2.set_xlabel("")
+            ax2.set_ylabel(f"% of P flushed to 0 by e4m3, N={fmt_n(largest)}" if j == 0 else "")
         fig.suptitle(title(d, "FP8 attention accuracy"), fontweight="bold")
         fig.tight_layout()
         save_with_note(fig, out_png, missing_note(failed(d)))

@@ -10,9 +10,12 @@ points as the attention family, so its spec is the attention ``Spec`` with this 
 - ``fp8-accuracy``: nothing timed; the error of every implementation against float64 per input distribution
   (``INPUTS``); one shard per (inputs, dtype) of ``fp8.accuracy``.
 
-Implementation names ``ours-fp8-<granularity>[-rot][-p1]``: the scales' granularity (``none``: cast without
-scaling), ``-rot`` incoherent processing (Q and K rotated before quantising), ``-p1`` P cast to e4m3 without
-its scale of 256. ``fp8-mm`` / ``bf16-mm``: this run's GEMM ceilings (``torch._scaled_mm`` in e4m3,
+Implementation names ``ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]``: the scales' granularity (``none``:
+cast without scaling), ``-rot`` incoherent processing (Q and K rotated before quantising), ``-p1`` P cast to
+e4m3 without its scale of 256, ``-triton`` the portable Triton kernel (else the FA-3 kernel on Hopper, the
+Triton one elsewhere), ``-e2e`` ``fp8.attention`` on the 16-bit inputs, quantisation timed with the kernel
+(else inputs quantised before timing, FlashAttention-3's convention). ``fp8-speed`` also times our bf16 FA-3
+(``ours-fa3``). ``fp8-mm`` / ``bf16-mm``: this run's GEMM ceilings (``torch._scaled_mm`` in e4m3,
 ``torch.matmul`` in bf16, 8192³), measured once per ``fp8-speed`` point.
 """
 
@@ -23,10 +26,11 @@ from typing import ClassVar
 from analysis.families.attention import plan as attention
 
 FP8_GRANULARITIES = ("none", "tensor", "head", "block")
-FP8_IMPLS = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
+_FP8_BASE = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
+FP8_IMPLS = tuple(f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e"))
 CEILING_IMPLS = ("fp8-mm", "bf16-mm")
 EXPERIMENT_IMPLS = {
-    "fp8-speed": FP8_IMPLS + attention.DENSE_IMPLS + CEILING_IMPLS,
+    "fp8-speed": FP8_IMPLS + ("ours-fa3",) + attention.DENSE_IMPLS + CEILING_IMPLS,
     "fp8-accuracy": FP8_IMPLS + attention.DENSE_IMPLS,
 }
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
@@ -78,7 +82,7 @@ def shards(config: dict) -> dict[str, dict]:
 
 
 # the attention family's cost model, with the nominal rate of our FP8 kernel
-NOMINAL_TFLOPS = {**attention.NOMINAL_TFLOPS, **{f"ours-fp8-{g}": 600 for g in FP8_GRANULARITIES}}
+NOMINAL_TFLOPS = {**attention.NOMINAL_TFLOPS, **{impl: 600 for impl in FP8_IMPLS}}
 COMPILE_S = attention.COMPILE_S
 
 
@@ -88,4 +92,4 @@ def estimate_seconds(fields: dict) -> float:
 
 
 def compile_keys(fields: dict) -> set[tuple]:
-    return attention.keys_of(spec(fields))
+    return attention.keys_of(spec(fields), gluon_fp8=FP8_IMPLS)

@@ -22,14 +22,17 @@ its measuring parts (``analysis.families.attention.measure``) for the 16-bit imp
   the final row maximum, an upper bound on the kernel's (whose running maximum is never above the final
   one, so its P entries are never smaller).
 
-Implementation names ``ours-fp8-<granularity>[-rot][-p1]``: the scales' granularity (``none``: cast
-without scaling, saturating), ``-rot`` incoherent processing (Q and K times one random Hadamard-based
-orthogonal matrix before quantising), ``-p1`` P cast to e4m3 without its scale of 256.
+Implementation names ``ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]``: the scales' granularity (``none``:
+cast without scaling, saturating), ``-rot`` incoherent processing (Q and K times one random Hadamard-based
+orthogonal matrix before quantising), ``-p1`` P cast to e4m3 without its scale of 256, ``-triton`` the
+portable Triton kernel (else the FA-3 kernel on Hopper), ``-e2e`` ``fp8.attention`` on the 16-bit inputs
+with the fused quantiser timed (``FP8Impl``).
 """
 
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable
 
 import torch
@@ -52,11 +55,25 @@ LARGE_V = 1000.0  # large: V × 1000, past e4m3's ±448 (Q and K stay N(0, 1): a
 SMALL = 1e-3  # small: Q, K, V × 1/1000, mostly below e4m3's smallest normal 2⁻⁶ (the softmax is near uniform)
 
 
-def parse_impl(name: str) -> tuple[str, bool, float]:
-    """``ours-fp8-<granularity>[-rot][-p1]`` → (granularity, rotate, p_scale)."""
+class FP8Impl(typing.NamedTuple):
+    """What an ``ours-fp8-…`` name asks for (``analysis.families.fp8.plan``)."""
+
+    granularity: str
+    rotate: bool
+    p_scale: float
+    kernel: str  # fp8.KERNELS: "auto" (FA-3 on Hopper) or "triton"
+    e2e: bool  # fp8.attention on the 16-bit inputs, quantisation timed
+
+
+def parse_impl(name: str) -> FP8Impl:
+    """``ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]`` → its ``FP8Impl``."""
     from kernels.attention import fp8
 
     rest = name.removeprefix("ours-fp8-")
+    e2e = rest.endswith("-e2e")
+    rest = rest.removesuffix("-e2e")
+    kernel = "triton" if rest.endswith("-triton") else "auto"
+    rest = rest.removesuffix("-triton")
     p_scale = fp8.P_SCALE
     if rest.endswith("-p1"):
         rest, p_scale = rest.removesuffix("-p1"), 1.0
@@ -64,7 +81,7 @@ def parse_impl(name: str) -> tuple[str, bool, float]:
     rest = rest.removesuffix("-rot")
     if not name.startswith("ours-fp8-") or rest not in FP8_GRANULARITIES:
         raise ValueError(f"not an FP8 implementation name: {name!r}")
-    return rest, rotate, p_scale
+    return FP8Impl(rest, rotate, p_scale, kernel, e2e)
 
 
 def make_inputs(kind: str, shapes, dtype: torch.dtype, device, gen: torch.Generator) -> list[torch.Tensor]:
@@ -86,24 +103,32 @@ def make_inputs(kind: str, shapes, dtype: torch.dtype, device, gen: torch.Genera
 
 
 class Quantised:
-    """One FP8 implementation's quantised inputs and its kernel call (quantisation done once, untimed)."""
+    """One FP8 implementation: its inputs quantised once (untimed) and its call: the kernel on them, or with
+    ``-e2e`` ``fp8.attention`` on the 16-bit inputs (the same quantisation and kernel, timed together)."""
 
     def __init__(self, name: str, q, k, v, causal: bool):
         from kernels.attention import fp8
 
-        self.granularity, self.rotate, self.p_scale = parse_impl(name)
+        impl = parse_impl(name)
+        self.granularity, self.rotate, self.p_scale, self.e2e = impl.granularity, impl.rotate, impl.p_scale, impl.e2e
+        self.kernel = fp8.kernel_for(q.device, q.shape[-1], impl.kernel)
+        self.blocks = fp8.blocks(self.kernel, q.shape[-1])
         self.causal = causal
-        self.cfg = fp8.config_in_effect(q.shape[-1])
-        self.tensors = fp8.quantize_qkv(q, k, v, self.granularity, self.cfg, rotate=self.rotate)
+        self.inputs = (q, k, v)
+        self.tensors = fp8.quantize_qkv(q, k, v, self.granularity, blocks=self.blocks, rotate=self.rotate)
         self.out_dtype = q.dtype
 
     def __call__(self) -> torch.Tensor:
         from kernels.attention import fp8
 
+        if self.e2e:
+            return fp8.attention(*self.inputs, self.causal, granularity=self.granularity, rotate=self.rotate,
+                                 p_scale=self.p_scale, kernel=self.kernel)  # fmt: skip
         q8, k8, v8, qs, ks, vs = self.tensors
+        q_block, kv_block = self.blocks
         return fp8.forward_quantized(
-            q8, k8, v8, qs, ks, vs, self.causal, q_block=self.cfg.block_m, kv_block=self.cfg.block_n,
-            out_dtype=self.out_dtype, config=self.cfg, check_scale_values=False, p_scale=self.p_scale,
+            q8, k8, v8, qs, ks, vs, self.causal, q_block=q_block, kv_block=kv_block, out_dtype=self.out_dtype,
+            check_scale_values=False, p_scale=self.p_scale, kernel=self.kernel,
         )  # fmt: skip
 
     def dequantised(self, batch: slice = slice(0, 1)) -> tuple[torch.Tensor, ...]:
@@ -111,15 +136,20 @@ class Quantised:
         from kernels.attention import fp8
 
         q8, k8, v8, qs, ks, vs = self.tensors
-        blocks = (self.cfg.block_m, self.cfg.block_n, self.cfg.block_n)
+        q_block, kv_block = self.blocks
         return tuple(
             fp8.dequantize(t[batch], s[batch] if s.dim() else s, b)
-            for t, s, b in zip((q8, k8, v8), (qs, ks, vs), blocks, strict=True)
+            for t, s, b in zip((q8, k8, v8), (qs, ks, vs), (q_block, kv_block, kv_block), strict=True)
         )
 
     def config_text(self) -> str:
+        from kernels.attention import fa3, fp8
+
+        d = self.inputs[0].shape[-1]
+        tiles = fa3.config_in_effect(d, fp8=True) if self.kernel == "fa3" else fp8.config_in_effect(d)
         rot = ", rotated" if self.rotate else ""
-        return f"{self.cfg}, granularity={self.granularity}{rot}, p_scale={self.p_scale:g}"
+        e2e = ", quantised in the call (fused quantiser)" if self.e2e else ""
+        return f"{self.kernel}: {tiles}, granularity={self.granularity}{rot}, p_scale={self.p_scale:g}{e2e}"
 
 
 def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dict:
@@ -191,7 +221,9 @@ def _speed_fp8(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: boo
         metrics.update(max_abs_err=check.max_abs, rms_err=check.rms, ref_err=check.ref_err, err_bound=check.bound)
         if not check.ok:
             return make_row(base, impl, "mismatch", check.describe(), **metrics)
-        note = "inputs quantised before timing (the kernel alone); error against float64 of the dequantised inputs"
+        timing = "end to end: quantisation and kernel timed together" if call.e2e else \
+            "inputs quantised before timing (the kernel alone)"  # fmt: skip
+        note = timing + "; error against float64 of the dequantised inputs"
         if not timed:
             return make_row(base, impl, "ok", note, **metrics)
         metrics.update(att.time_call(call, spec))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from analysis.core.plotting import as_bool, gpu_label, log2_x, save, theme
+from analysis.core.plotting import as_bool, floor_at_zero, gpu_label, log2_x, save, theme
 
 NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_median", "ms_p20", "ms_p80", "host_ms",
             "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err", "rel_err", "quant_err"]  # fmt: skip
@@ -111,6 +111,7 @@ def line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str]
                             fillstyle="none", linewidth=1.2, label=f"{impl}, eager call")  # fmt: skip
             if mark is not None:
                 mark(ax, s)
+            floor_at_zero(ax)
             log2_x(ax, [v for v in s[x] if v == v])
             ax.set_title(name, fontsize=9)
             ax.set_xlabel(labels[0])

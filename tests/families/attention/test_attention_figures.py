@@ -8,7 +8,7 @@ import pytest
 from figure_helpers import ATTENTION, attention_row, is_png, render
 
 from analysis import registry, report
-from analysis.core.plotting import NoDataError
+from analysis.core.plotting import NoDataError, NotMeasured
 from analysis.families.attention import experiment_figures, fa2_figures, plots
 
 matplotlib.use("Agg")
@@ -97,8 +97,12 @@ def test_gradient_mode_throughput_figures_keep_their_mode(table, tmp_path):
     assert set(bwd["mode"]) == {"bwd"} and len(bwd) == 5  # six points, naive out of memory at one
     both = fa2_figures.attention_tflops_fwd_bwd(table, tmp_path / "f.png")
     assert set(both["mode"]) == {"fwd+bwd"} and len(both) == 6
-    with pytest.raises(NoDataError, match="no ok timed fwd rows"):
+    with pytest.raises(NotMeasured, match="this run measured no fwd rows"):
         fa2_figures.attention_tflops(table, tmp_path / "fwd.png")  # this table has no forward rows
+    failed = table.assign(status="error", message="error: synthetic")  # rows that failed: not drawn, but measured
+    with pytest.raises(NoDataError, match="no ok timed bwd rows") as info:
+        fa2_figures.attention_tflops_bwd(failed, tmp_path / "b2.png")
+    assert not isinstance(info.value, NotMeasured)
 
 
 def test_fa1_figure3_ratios_and_naive_oom(table, tmp_path):

@@ -20,10 +20,12 @@ ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-
 
 
 def test_parse_impl():
-    assert fp8.parse_impl("ours-fp8-block") == ("block", False, 256.0)
-    assert fp8.parse_impl("ours-fp8-tensor-rot") == ("tensor", True, 256.0)
-    assert fp8.parse_impl("ours-fp8-block-p1") == ("block", False, 1.0)
-    for bad in ("ours-fa2", "ours-fp8-channel", "ours-fp8-"):
+    assert fp8.parse_impl("ours-fp8-block") == ("block", False, 256.0, "auto", False)
+    assert fp8.parse_impl("ours-fp8-tensor-rot") == ("tensor", True, 256.0, "auto", False)
+    assert fp8.parse_impl("ours-fp8-block-p1") == ("block", False, 1.0, "auto", False)
+    assert fp8.parse_impl("ours-fp8-block-rot-triton-e2e") == ("block", True, 256.0, "triton", True)
+    assert fp8.parse_impl("ours-fp8-head-e2e") == ("head", False, 256.0, "auto", True)
+    for bad in ("ours-fa2", "ours-fp8-channel", "ours-fp8-", "ours-fp8-block-e2e-triton", "ours-fp8-e2e"):
         with pytest.raises(ValueError, match="not an FP8"):
             fp8.parse_impl(bad)
 
@@ -95,7 +97,8 @@ def test_accuracy_rows_report_p_underflow_per_p_scale(env):
 
 def test_speed_rows_on_cpu_are_gated_not_timed(env):
     spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
-                hidden=64, impls=["ours-fp8-tensor", "ours-fp8-block", "ours-fa2", "fp8-mm", "bf16-mm"],
+                hidden=64, impls=["ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-e2e",
+                                  "ours-fp8-tensor-triton-e2e", "ours-fa2", "fp8-mm", "bf16-mm"],
                 check_rows=16)  # fmt: skip
     df = ATTENTION.frame(fp8.run(spec, env, device="cpu", log_line=lambda s: None))
     assert (df["status"] == "ok").all(), df[["impl", "status", "message"]]
@@ -105,6 +108,11 @@ def test_speed_rows_on_cpu_are_gated_not_timed(env):
     # float64 replica of P's e4m3 rounding on the dequantised inputs (ref_err), not merely within the policy's 2×
     assert (fp8_rows["max_abs_err"] <= 1.25 * fp8_rows["ref_err"]).all(), fp8_rows[["max_abs_err", "ref_err"]]
     assert df[df["impl"] == "fp8-mm"]["message"].str.contains("_scaled_mm").all()
+    e2e = df[df["impl"].str.endswith("-e2e")]
+    assert len(e2e) == 2 and e2e["message"].str.startswith("end to end").all()
+    assert e2e["kernel_config"].str.contains("quantised in the call").all()
+    # the interpreter has no FA-3: every FP8 row ran the Triton kernel, and says so
+    assert fp8_rows["kernel_config"].str.startswith("triton: ").all(), fp8_rows["kernel_config"]
 
 
 def test_fp8_ceiling_is_unsupported_without_fp8_tensor_cores(env, monkeypatch):

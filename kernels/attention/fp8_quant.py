@@ -1,0 +1,212 @@
+"""The fused e4m3 quantiser of FP8 attention: one read of a 16-bit ``[B, H, N, d]`` tensor, one e4m3 write.
+
+What it is: x ≈ x₈ · scale with scale = amax / 448 over a group (``kernels.attention.fp8``'s granularities:
+per tensor, per (batch, head), per block of ``block`` sequence rows, or ``"none"``: scale 1), the division,
+the clamp to ±448 and the cast in one Triton kernel per tensor, the amax on the GPU. Per block, each program
+owns one block: the amax and the quantisation need one read. Per head and per tensor, a first kernel takes
+each block's amax and folds it into the group's with an atomic max (on the float's bits, which order like
+the floats for non-negative values), and the second one quantises: two reads of the input, one write.
+``transpose`` writes ``[B, H, d, N']`` instead (N' = N rounded up to 16 elements, so every row of the
+transposed tensor starts 16-byte aligned, as TMA needs), returned as its ``[B, H, d, N]`` view: the layout
+of V for the FP8 WGMMA, which reads its B operand K-major only.
+
+No host synchronisation: a non-finite input is not detected by reading anything back. Its group's amax is
+then +Inf (a NaN counts as +Inf there), so its scale is non-finite and so is every output that reads it,
+as with any attention of non-finite inputs; ``nonfinite``, a device-side int32 count of the row blocks that
+held NaN or Inf, says so to a caller who reads it (``QuantizedFP8.check`` does, once, synchronising).
+
+Interpreter: Triton's interpreter converts fp32 to e4m3 wrongly (see ``fp8.py``), so there the kernel writes
+the e4m3 values exactly rounded in fp32 (``_round_to_e4m3``, ties to even) and torch casts them, which is
+then exact. Tested in the interpreter (tests/kernels/test_fp8_quant.py: every granularity, odd N and d,
+strided inputs, the transposed layout, non-finite groups, bit-identical to ``fp8.quantize``) and on an H200.
+Layers: the ``@triton.jit`` kernels; the launcher ``quantize``.
+"""
+
+from __future__ import annotations
+
+import typing
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._runtime import INTERPRET, device_guard
+
+E4M3_MAX = 448.0
+GRANULARITIES = ("none", "tensor", "head", "block")
+_ROWS = 64  # rows per program of the head and tensor granularities (a block is one program)
+
+
+class QuantizedFP8(typing.NamedTuple):
+    """An e4m3 tensor, its fp32 descales and the device-side count of row blocks that held NaN or Inf."""
+
+    x8: torch.Tensor
+    scale: torch.Tensor
+    nonfinite: torch.Tensor  # int32, shape (1,)
+
+    def check(self, name: str = "x") -> QuantizedFP8:
+        """Raise ``ValueError`` if any block held NaN or Inf (reads the count back: one synchronisation)."""
+        if int(self.nonfinite.item()):
+            raise ValueError(f"cannot quantise {name}: it holds NaN or Inf values")
+        return self
+
+
+@triton.jit
+def _round_to_e4m3(x):
+    """x (fp32, |x| ≤ 448) rounded to the nearest e4m3 value, ties to even, in fp32 (the interpreter's cast)."""
+    a = tl.abs(x)
+    bits = a.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000
+    normal = rounded.to(tl.float32, bitcast=True)
+    small = ((a * 512.0 + 8388608.0) - 8388608.0) * 0.001953125
+    r = tl.where(a >= 0.015625, normal, small)
+    signed = (r.to(tl.uint32, bitcast=True) | (x.to(tl.uint32, bitcast=True) & 0x80000000)).to(tl.float32, bitcast=True)
+    return tl.where(x == x, signed, x)  # the sign of x (-0 too), NaN kept
+
+
+@triton.jit
+def _abs_max(x):
+    """max |x| of a tile, +Inf if it holds a NaN (max alone would skip it)."""
+    return tl.max(tl.max(tl.where(x == x, tl.abs(x), float("inf")), axis=1), axis=0)
+
+
+@triton.jit
+def _block(X, off_bh, n0, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
+           ROWS: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+    """Rows [n0, n0 + ROWS) of one (batch, head) as fp32, zeros past the end and in the head-dim padding."""
+    b = (off_bh // heads).to(tl.int64)
+    h = (off_bh % heads).to(tl.int64)
+    rows = n0 + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
+    ptrs = X + b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n + cols[None, :] * stride_d
+    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), rows, cols, mask
+
+
+@triton.jit
+def _amax_kernel(
+    X,  # (B, H, N, d) 16-bit, any strides
+    AMAX,  # (groups,) int32: the bits of each group's amax, 0 to start with
+    stride_b, stride_h, stride_n, stride_d,
+    heads, seqlen,
+    PER_HEAD: tl.constexpr,  # else one group for the whole tensor
+    HEAD_DIM: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    off_bh = tl.program_id(1)
+    x, rows, cols, mask = _block(X, off_bh, tl.program_id(0) * ROWS, stride_b, stride_h, stride_n, stride_d, heads,
+                                 seqlen, HEAD_DIM, ROWS, BLOCK_D)  # fmt: skip
+    amax = _abs_max(x)
+    # non-negative floats order like their bits (and +Inf, what a NaN counts as here, above them all)
+    tl.atomic_max(AMAX + (off_bh if PER_HEAD else 0), amax.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _quantize_kernel(
+    X,  # (B, H, N, d) 16-bit, any strides
+    X8,  # e4m3 (B, H, N, d) contiguous, or (B, H, d, N') with TRANSPOSE; fp32 of the same shape with EMULATE
+    SCALE,  # fp32: one per group, (B·H·blocks,) / (B·H,) / (1,)
+    AMAX,  # int32 bits of each group's amax (head and tensor granularities)
+    NONFINITE,  # (1,) int32: blocks holding NaN or Inf
+    stride_b, stride_h, stride_n, stride_d,
+    stride_ob, stride_oh, stride_orow, stride_ocol,  # of X8 as stored: (b, h, n, d), or (b, h, d, n) transposed
+    heads, seqlen,
+    GRANULARITY: tl.constexpr,  # 0 none, 1 tensor, 2 head, 3 block
+    TRANSPOSE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EMULATE: tl.constexpr,  # the interpreter: write the e4m3 values rounded exactly, in fp32
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    x, rows, cols, mask = _block(X, off_bh, pid_n * ROWS, stride_b, stride_h, stride_n, stride_d, heads, seqlen,
+                                 HEAD_DIM, ROWS, BLOCK_D)  # fmt: skip
+    local = _abs_max(x)
+    tl.atomic_add(NONFINITE, 1, mask=(local < float("inf")) == 0)  # NaN or Inf in this block
+    if GRANULARITY == 0:
+        scale = 1.0
+    else:
+        if GRANULARITY == 3:
+            amax = local
+            group = off_bh * tl.num_programs(0) + pid_n
+            first = pid_n >= 0
+        else:
+            group = off_bh if GRANULARITY == 2 else 0
+            amax = tl.load(AMAX + group).to(tl.float32, bitcast=True)
+            first = (pid_n == 0) & ((GRANULARITY == 2) | (off_bh == 0))  # one program per group writes
+        finite = amax < float("inf")  # False for +Inf and NaN
+        scale = tl.where(amax > 0.0, tl.math.div_rn(amax, 448.0), 1.0)  # IEEE division, as torch
+        scale = tl.where(finite, scale, amax)  # a non-finite group's scale is non-finite: so are its outputs
+        tl.store(SCALE + group, scale, mask=first)
+    y = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
+    y = tl.where(x != x, x, y)  # NaN stays NaN (the clamp would hide it)
+    if EMULATE:
+        y = _round_to_e4m3(y)
+    else:
+        y = y.to(tl.float8e4nv)
+    b = (off_bh // heads).to(tl.int64)
+    h = (off_bh % heads).to(tl.int64)
+    base = X8 + b * stride_ob + h * stride_oh
+    if TRANSPOSE:  # (d, n) tile, n contiguous: coalesced stores of V's transposed rows
+        ptrs = base + cols[:, None].to(tl.int64) * stride_orow + rows[None, :] * stride_ocol
+        tl.store(ptrs, tl.trans(y), mask=tl.trans(mask))
+    else:
+        ptrs = base + rows[:, None].to(tl.int64) * stride_orow + cols[None, :] * stride_ocol
+        tl.store(ptrs, y, mask=mask)
+
+
+def quantize(
+    x: torch.Tensor, granularity: str = "block", block: int | None = None, *, transpose: bool = False
+) -> QuantizedFP8:
+    """Quantise ``x`` ``[B, H, N, d]`` (float16, bfloat16 or float32, any strides) to e4m3 on its device.
+
+    ``scale`` as ``fp8.quantize``: shape () (``"tensor"`` and ``"none"``), (B, H) (``"head"``) or
+    (B, H, ⌈N / block⌉) (``"block"``: ``block`` rows per scale, a power of two from 16 to 256). ``x8``:
+    contiguous ``[B, H, N, d]``, or with ``transpose`` the ``[B, H, d, N]`` view of a ``[B, H, d, N']`` tensor
+    (keys contiguous, rows 16-byte aligned). Returns ``QuantizedFP8(x8, scale, nonfinite)``; nothing is read
+    back (see the module docstring for non-finite inputs). Raises for bad arguments, naming them.
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x must be a [batch, heads, seq, head_dim] tensor, got {getattr(x, 'shape', type(x))}")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"x must be a float16, bfloat16 or float32 tensor to quantise, got {x.dtype}")
+    if granularity == "block":
+        if isinstance(block, bool) or not isinstance(block, int) or block < 16 or block > 256 or block & (block - 1):
+            raise ValueError(f"granularity 'block' needs a block size that is a power of two from 16 to 256, "
+                             f"got {block!r}")  # fmt: skip
+    b, h, n, d = x.shape
+    rows = block if granularity == "block" else _ROWS
+    nblk = triton.cdiv(n, rows)
+    device = x.device
+    store_dtype = torch.float32 if INTERPRET else torch.float8_e4m3fn
+    if transpose:
+        n_pad = triton.cdiv(n, 16) * 16
+        x8 = torch.empty((b, h, d, n_pad), device=device, dtype=store_dtype)
+    else:
+        x8 = torch.empty((b, h, n, d), device=device, dtype=store_dtype)
+    groups = {"none": 1, "tensor": 1, "head": b * h, "block": b * h * nblk}[granularity]
+    scale = torch.ones(groups, device=device, dtype=torch.float32)
+    nonfinite = torch.zeros(1, device=device, dtype=torch.int32)
+    if x.numel():
+        amax = torch.zeros(groups if granularity in ("tensor", "head") else 1, device=device, dtype=torch.int32)
+        block_d = max(16, triton.next_power_of_2(d))
+        grid = (nblk, b * h)
+        with device_guard(x):
+            if granularity in ("tensor", "head"):
+                _amax_kernel[grid](x, amax, *x.stride(), h, n, PER_HEAD=granularity == "head", HEAD_DIM=d,
+                                   ROWS=rows, BLOCK_D=block_d)  # fmt: skip
+            _quantize_kernel[grid](
+                x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n,
+                GRANULARITY=GRANULARITIES.index(granularity), TRANSPOSE=transpose, HEAD_DIM=d, ROWS=rows,
+                BLOCK_D=block_d, EMULATE=INTERPRET,
+            )  # fmt: skip
+    if INTERPRET:  # exactly representable values: torch's cast is exact on them
+        x8 = x8.to(torch.float8_e4m3fn)
+    if transpose:
+        x8 = x8[..., :n]
+    shape = {"none": (), "tensor": (), "head": (b, h), "block": (b, h, nblk)}[granularity]
+    return QuantizedFP8(x8, scale.reshape(shape), nonfinite)

@@ -1,0 +1,157 @@
+"""The claims as the report shows them: display fields from the registry, rows by topic, the first screen,
+the filters, the embedded font for the quotes, and where each section's rows come from."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+import yaml
+
+from analysis import audit, claims_view, quote_font, section_provenance
+
+
+@pytest.fixture(scope="module")
+def registry_data() -> dict:
+    return yaml.safe_load(audit.REGISTRY.read_text(encoding="utf-8"))
+
+
+def _write(tmp_path, data) -> str:
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return str(path)
+
+
+def test_every_claim_has_a_topic_quote_and_english_section():
+    texts = claims_view.load_texts()
+    assert set(texts) == {c.id for c in audit.load_registry()}
+    for t in texts.values():
+        assert t.topic in claims_view.TOPICS and t.quotes and t.where
+        assert all(q.text and q.title for q in t.quotes)
+    assert set(claims_view.TOPICS) == {t.topic for t in texts.values()}  # no topic is left empty
+    headline_topics = {t.topic for t in texts.values() if t.headline}
+    assert headline_topics == set(claims_view.TOPICS)  # the first screen answers for every topic
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [("topic", "topic None is not one of"), ("quote", "quotes nothing of its article"),
+     ("section_en", "no English section name")],
+)  # fmt: skip
+def test_a_claim_missing_a_display_field_is_named(tmp_path, registry_data, field, message):
+    data = copy.deepcopy(registry_data)
+    claim = data["claims"][3]
+    if field == "section_en":
+        del claim["source"]["section_en"]
+    else:
+        del claim[field]
+    with pytest.raises(ValueError, match=f"claim '{claim['id']}'.*{message}"):
+        claims_view.load_texts(_write(tmp_path, data))
+
+
+def _verdicts(rows: list[dict]) -> pd.DataFrame:
+    base = {c: "" for c in audit.COLUMNS}
+    return pd.DataFrame([{**base, "kind": "measured", "tolerance": "t", "borderline": "False", **r} for r in rows])
+
+
+def test_rows_come_in_topic_order_and_unknown_claims_are_refused():
+    texts = claims_view.load_texts()
+    df = _verdicts([
+        {"claim_id": "w4-bandwidth", "verdict": "holds", "gpu": "h200", "figure": "w4a16_speedup"},
+        {"claim_id": "mem-64k", "verdict": "holds", "gpu": "-", "evidence": "model"},
+        {"claim_id": "flashinfer", "verdict": "untestable", "gpu": "-", "evidence": claims_view.NO_EXPERIMENT},
+    ])  # fmt: skip
+    rows = claims_view.claim_rows(df, texts, {"h200"})
+    assert [r["claim_id"] for r in rows] == ["mem-64k", "flashinfer", "w4-bandwidth"]
+    assert rows[2]["link"] == "#fig-h200-w4a16_speedup" and rows[0]["link"] == ""
+    assert claims_view.claim_rows(df, texts, set())[2]["link"] == ""  # no figure of that GPU in the report
+    # a claim without an experiment says so in words, not with the audit's token
+    assert rows[1]["evidence"] == "" and rows[1]["observed"] == "no experiment measures it"
+    assert rows[0]["gpu"] == "any (analytic)"
+    with pytest.raises(ValueError, match="verdict row 0: claim 'no-such-claim' is not in the registry"):
+        claims_view.claim_rows(_verdicts([{"claim_id": "no-such-claim", "verdict": "holds", "gpu": "-"}]), texts,
+                               set())  # fmt: skip
+
+
+def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
+    from PIL import Image
+
+    png = tmp_path / "fig.png"
+    Image.new("RGB", (1200, 600), "white").save(png)
+    texts = claims_view.load_texts()
+    assert texts["fa1-speed-mem.speed"].headline and not texts["fa1-blocks"].headline
+    df = _verdicts([
+        {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
+        {"claim_id": "fa1-speed-mem.speed", "verdict": "fails", "gpu": "h200", "figure": "fa1_figure3"},
+        {"claim_id": "fa1-blocks", "verdict": "holds", "gpu": "-"},
+        {"claim_id": "mem-64k", "verdict": "holds", "gpu": "-"},
+    ])  # fmt: skip
+    groups = claims_view.headlines(claims_view.claim_rows(df, texts, {"h200"}), {("h200", "fa1_figure3"): png})
+    assert [g["topic"] for g in groups] == ["memory", "fa1"]
+    (fa1,) = groups[1]["rows"]
+    assert fa1["verdict"] == "fails" and fa1["thumb"].startswith("data:image/png;base64,")
+    assert groups[0]["rows"][0]["thumb"] == ""  # no figure behind an analytic claim
+    with Image.open(png) as im:
+        assert im.width == 1200
+    small = claims_view.thumbnail(png)
+    import base64
+    import io
+
+    with Image.open(io.BytesIO(base64.b64decode(small.split(",", 1)[1]))) as im:
+        assert im.size == (claims_view.THUMB_WIDTH, claims_view.THUMB_WIDTH // 2)
+
+
+def test_filters_offer_the_values_present():
+    texts = claims_view.load_texts()
+    df = _verdicts([
+        {"claim_id": "fa2-mfu.utilisation", "verdict": "partly", "gpu": "h200", "kind": "measured, transfer"},
+        {"claim_id": "std-flops", "verdict": "holds", "gpu": "-", "kind": "analytic"},
+    ])  # fmt: skip
+    f = claims_view.filters(claims_view.claim_rows(df, texts, set()))
+    assert f == {"verdict": ["holds", "partly"], "topic": ["fa2", "arithmetic"],
+                 "kind": ["analytic", "measured", "transfer"]}  # fmt: skip
+
+
+def test_the_committed_font_holds_every_quoted_wide_character():
+    text = quote_font.quoted_text()
+    wide = {ch for ch in quote_font.characters(text) if quote_font.needs_font(ch)}
+    assert len(wide) > 100  # the quotes are Chinese
+    assert quote_font.missing(text) == set(), "regenerate the font: python -m analysis.quote_font --source ..."
+    assert "龘" not in text and quote_font.missing("龘") == {"龘"}  # the subset holds the quotes' characters only
+    assert not quote_font.needs_font("x") and quote_font.needs_font("显") and quote_font.needs_font("，")
+    face = quote_font.css_face()
+    assert face.startswith("@font-face") and quote_font.FAMILY in face and "data:font/woff;base64," in face
+
+
+def test_an_absent_font_file_embeds_nothing_and_misses_every_wide_character(tmp_path):
+    absent = tmp_path / "none.woff"
+    assert quote_font.css_face(absent) == ""
+    assert quote_font.missing("显存 ok", absent) == {"显", "存"}
+
+
+def test_section_provenance_counts_rows_per_commit_and_names_the_recorded_changes():
+    a, b = "a" * 40, "b" * 7 + "c" * 33
+    att = pd.DataFrame({"experiment": ["fp8-speed"] * 3 + ["decode"], "git_sha": [a, b, b, a]})
+    ops = pd.DataFrame({"experiment": ["w4a16"], "family": ["quant"], "git_sha": [None]})
+    manifest = {"measured_code_changes": {f"{a[:12]}..{b[:12]}": ["kernels/x.py", "analysis/y.py"]}}
+    got = section_provenance.describe([att, ops], "fp8-speed", manifest)
+    assert got["commits"] == [(b[:12], 2), (a[:12], 1)] and got["remark"] == ""
+    assert got["changes"] == [(a[:12], b[:12], "analysis/y.py, kernels/x.py")]
+    short = pd.DataFrame({"experiment": ["fp8-speed", "fp8-speed"], "git_sha": [a, b[:7]]})  # a short hash
+    assert section_provenance.describe([short], "fp8-speed", manifest)["changes"]
+    assert section_provenance.describe([att], "decode", manifest)["remark"] == "all rows from one commit"
+    assert "not recorded" in section_provenance.describe([att], "fp8-speed", None)["remark"]
+    assert section_provenance.describe([att, ops], "quant", None)["commits"] == [("unknown", 1)]
+    assert section_provenance.describe([att], "moe", manifest) is None
+
+
+def test_a_compound_claim_shows_as_its_parts_under_the_whole_statement():
+    texts = claims_view.load_texts()
+    assert "fa1-speed-mem" not in texts
+    speed, memory = texts["fa1-speed-mem.speed"], texts["fa1-speed-mem.memory"]
+    assert speed.parent == memory.parent == "fa1-speed-mem"
+    assert speed.parent_statement == memory.parent_statement and "10–20×" in speed.parent_statement
+    assert "2–4×" in speed.statement and "10–20×" in memory.statement and speed.quotes == memory.quotes
+    claims = {c.id for c in audit.load_registry()}
+    assert set(texts) == claims

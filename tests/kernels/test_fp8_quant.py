@@ -1,0 +1,133 @@
+"""The fused e4m3 quantiser (kernels/attention/fp8_quant.py) against the torch one (``fp8.quantize``).
+
+The kernel divides, clamps and rounds as torch does, so the test is equality, bit for bit: the e4m3 bytes
+and the float32 scales, for every granularity, odd sequence lengths and head dims, strided and broadcast
+inputs, and the transposed layout FP8 attention feeds the kernel's P V product with. Non-finite inputs
+are the one place the two differ on purpose: torch's raises (it reads the amax back), the fused one gives
+non-finite scales and counts the blocks on the device, and ``check`` raises from that count.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from attention_checks import random_tensors
+
+from kernels.attention import fp8, fp8_quant
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+
+
+def _same(name, got: fp8_quant.QuantizedFP8, x: torch.Tensor, granularity: str, block: int | None,
+          transpose: bool = False):  # fmt: skip
+    """``got`` holds fp8.quantize's bytes and scales (its x8 transposed back with ``transpose``)."""
+    x8, scale = fp8.quantize(x.cpu(), granularity, block)
+    got = got._replace(x8=got.x8.transpose(-1, -2)) if transpose else got
+    assert got.x8.shape == x.shape and got.x8.dtype == torch.float8_e4m3fn, name
+    assert got.scale.dtype == torch.float32 and got.scale.shape == scale.shape, (name, got.scale.shape)
+    assert torch.equal(got.scale.cpu(), scale), f"{name}: scales differ"
+    mismatch = (got.x8.cpu().contiguous().view(torch.uint8) != x8.view(torch.uint8)).sum().item()
+    assert mismatch == 0, f"{name}: {mismatch} of {x8.numel()} e4m3 bytes differ from fp8.quantize"
+    assert int(got.nonfinite.item()) == 0, name
+
+
+# (shape, dtype, granularity, block)
+CASES = [
+    pytest.param((2, 3, 97, 40), F32, "block", 16, id="n97-d40-block16-f32"),
+    pytest.param((1, 2, 130, 64), F16, "block", 64, id="n130-d64-block64-f16"),
+    pytest.param((1, 2, 200, 128), F16, "block", 128, id="n200-d128-block128-f16"),
+    pytest.param((2, 2, 70, 64), BF16, "head", None, id="n70-d64-head-bf16"),
+    pytest.param((2, 3, 150, 72), F16, "tensor", None, id="n150-d72-tensor-f16"),
+    pytest.param((1, 2, 33, 256), F32, "head", None, id="n33-d256-head-f32"),
+    pytest.param((1, 1, 5, 32), F16, "none", None, id="n5-d32-none-f16"),
+    pytest.param((1, 1, 1, 16), F16, "block", 256, id="n1-d16-block256-f16"),
+]
+
+
+@pytest.mark.parametrize("shape, dtype, granularity, block", CASES)
+@pytest.mark.parametrize("transpose", [False, True], ids=["rows", "transposed"])
+def test_bit_identical_to_the_torch_quantiser(shape, dtype, granularity, block, transpose, device):
+    (x,) = random_tensors([shape], dtype, device, seed=shape[2])
+    x[..., min(1, shape[2] - 1), :] *= 50.0  # one loud row: per-block scales differ from the others
+    if granularity == "none":
+        x = x * 300.0  # some values saturate at ±448
+    x[..., 0, 0] = -0.0
+    got = fp8_quant.quantize(x, granularity, block, transpose=transpose)
+    _same(f"{shape} {granularity} {dtype}", got, x, granularity, block, transpose)
+    if transpose:  # [B, H, d, N]: keys contiguous, every row 16-byte aligned
+        assert got.x8.shape == (*shape[:2], shape[3], shape[2])
+        assert got.x8.stride(-1) == 1 and got.x8.stride(-2) % 16 == 0 and got.x8.stride(-2) >= shape[2]
+    else:
+        assert got.x8.is_contiguous()
+
+
+def test_strided_and_broadcast_inputs(device):
+    """Heads interleaved with the sequence ([B, N, H, d] viewed as [B, H, N, d]), a slice of the head dim,
+    a head broadcast with stride 0, a reversed sequence: each quantised as its contiguous copy is."""
+    (base,) = random_tensors([(2, 97, 3, 96)], F16, device, seed=3)
+    views = {
+        "heads-interleaved": base.transpose(1, 2),
+        "head-dim-slice": base.transpose(1, 2)[..., 8:72],
+        "broadcast-head": base[:, :, :1].transpose(1, 2).expand(2, 4, 97, 96),
+        "reversed-seq": base.transpose(1, 2).flip(2),
+        "every-other-row": base.transpose(1, 2)[:, :, ::2],
+    }
+    for name, view in views.items():
+        for granularity, block in (("block", 32), ("head", None), ("tensor", None)):
+            transpose = name == "broadcast-head"
+            got = fp8_quant.quantize(view, granularity, block, transpose=transpose)
+            _same(f"{name} {granularity}", got, view.contiguous(), granularity, block, transpose)
+
+
+def test_zero_groups_get_scale_one(device):
+    x = torch.zeros(1, 2, 40, 32, device=device, dtype=F16)
+    x[0, 1, 20:] = 3.0
+    got = fp8_quant.quantize(x, "block", 16)
+    s = torch.tensor(3.0) / 448.0  # in float32, as the kernel divides
+    assert torch.equal(got.scale.cpu(), torch.tensor([[[1.0, 1.0, 1.0], [1.0, s, s]]]))
+    _same("zeros", got, x, "block", 16)
+    got = fp8_quant.quantize(torch.zeros(1, 1, 7, 16, device=device, dtype=F16), "tensor")
+    assert got.scale.item() == 1.0 and not got.x8.float().any()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
+def test_non_finite_inputs_are_counted_not_hidden(value, device):
+    (x,) = random_tensors([(1, 2, 64, 32)], F16, device, seed=9)
+    x[0, 1, 40, 7] = value
+    got = fp8_quant.quantize(x, "block", 16)
+    assert int(got.nonfinite.item()) == 1
+    scale = got.scale.cpu()
+    assert not torch.isfinite(scale[0, 1, 2]), "the block holding it has a non-finite scale"
+    assert torch.isfinite(scale[0, 0]).all() and torch.isfinite(scale[0, 1, :2]).all()
+    assert torch.isfinite(scale[0, 1, 3])
+    with pytest.raises(ValueError, match="cannot quantise v: it holds NaN or Inf"):
+        got.check("v")
+    got = fp8_quant.quantize(x, "head")
+    assert not torch.isfinite(got.scale[0, 1].cpu()) and torch.isfinite(got.scale[0, 0].cpu())
+    # ... and FP8 attention's quantisation refuses them when asked to look
+    with pytest.raises(ValueError, match="cannot quantise q"):
+        fp8.quantize_qkv(x, x, x, "block", blocks=(16, 16), check_finite=True)
+
+
+def test_empty_tensors(device):
+    for shape in ((1, 2, 0, 32), (0, 2, 5, 32)):
+        x = torch.zeros(shape, device=device, dtype=F16)
+        for transpose in (False, True):
+            got = fp8_quant.quantize(x, "block", 16, transpose=transpose)
+            assert got.x8.shape == (shape[:2] + (shape[3], shape[2]) if transpose else shape)
+            assert int(got.nonfinite.item()) == 0
+
+
+def test_rejects_bad_arguments(device):
+    x = torch.randn(1, 2, 17, 32, device=device, dtype=F16)
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        fp8_quant.quantize(x, "channel")
+    for block in (None, 8, 17, 512, True, 16.0):
+        with pytest.raises(ValueError, match="block size that is a power of two"):
+            fp8_quant.quantize(x, "block", block)
+    with pytest.raises(ValueError, match=r"x must be a \[batch, heads, seq, head_dim\] tensor"):
+        fp8_quant.quantize(x[0], "tensor")
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        fp8_quant.quantize(x.to(torch.int8), "tensor")
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        fp8_quant.quantize(x.to(torch.float8_e4m3fn), "tensor")
