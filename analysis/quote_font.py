@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis import audit
+from analysis import audit, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 FONT = ROOT / "reports" / "fonts" / "quotes-noto-sans-sc.woff"
@@ -26,10 +26,12 @@ FAMILY = "Quote Noto Sans SC"  # the CSS family name the report's quotes ask for
 SC_NAME = "Noto Sans CJK SC"  # the face taken from a collection
 
 
-def quoted_text(registry: str | Path = audit.REGISTRY) -> str:
-    """Every quote of the registry, one per line."""
-    data = yaml.safe_load(Path(registry).read_text(encoding="utf-8"))
-    return "\n".join(str(q["text"]) for c in data["claims"] for q in c.get("quote") or [])
+def quoted_text(path: str | Path = audit.REGISTRY, extra=None) -> str:
+    """Every quote of the registry at ``path`` and of the claim files ``extra`` (by default every family's,
+    ``analysis.registry.claim_files``), one per line."""
+    files = [Path(path), *(registry.claim_files() if extra is None else extra)]
+    datas = [yaml.safe_load(Path(f).read_text(encoding="utf-8")) for f in files]
+    return "\n".join(str(q["text"]) for data in datas for c in data["claims"] for q in c.get("quote") or [])
 
 
 def characters(text: str) -> set[str]:

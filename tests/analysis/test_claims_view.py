@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import audit, claims_view, quote_font, section_provenance
+from analysis import audit, claims_view, quote_font, registry, section_provenance
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def _write(tmp_path, data) -> str:
 
 def test_every_claim_has_a_topic_quote_and_english_section():
     texts = claims_view.load_texts()
-    assert set(texts) == {c.id for c in audit.load_registry()}
+    assert set(texts) == {c.id for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
     for t in texts.values():
         assert t.topic in claims_view.TOPICS and t.quotes and t.where
         assert all(q.text and q.title for q in t.quotes)
@@ -47,7 +47,7 @@ def test_a_claim_missing_a_display_field_is_named(tmp_path, registry_data, field
     else:
         del claim[field]
     with pytest.raises(ValueError, match=f"claim '{claim['id']}'.*{message}"):
-        claims_view.load_texts(_write(tmp_path, data))
+        claims_view.load_texts(_write(tmp_path, data), extra=[])
 
 
 def _verdicts(rows: list[dict]) -> pd.DataFrame:
@@ -153,5 +153,5 @@ def test_a_compound_claim_shows_as_its_parts_under_the_whole_statement():
     assert speed.parent == memory.parent == "fa1-speed-mem"
     assert speed.parent_statement == memory.parent_statement and "10–20×" in speed.parent_statement
     assert "2–4×" in speed.statement and "10–20×" in memory.statement and speed.quotes == memory.quotes
-    claims = {c.id for c in audit.load_registry()}
+    claims = {c.id for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
     assert set(texts) == claims

@@ -1,6 +1,6 @@
 """Adding a family touches five places: its kernel folder, its family folder, one line of the registry, its
 config section, and its tests (this file). A toy family (a Triton kernel that scales a vector, one experiment,
-one figure, one claim of its own) is added that way to a copy of the repository, and the workflow runs it on
+one figure, one claim of its own, under a report topic of its own) is added that way to a copy of the repository, and the workflow runs it on
 the CPU (the ``cpu`` GPU type: Triton's interpreter) end to end: its benchmark job, the collected table, its
 figure, the audit's verdict on its claim, and the report."""
 
@@ -202,11 +202,17 @@ FAMILY = {
     ''',
     "analysis/families/toy/claims.yaml": '''
         sources:
-          TOY: {file: toy.txt}
+          TOY: {file: toy.txt, title: "The toy note"}
+        topics:
+          toy: Toy scaling
         claims:
           - id: toy-exact
-            source: {article: TOY, section: "1"}
+            topic: toy
+            headline: true
+            source: {article: TOY, section: "1", section_en: "Section 1"}
             statement: Scaling in float32 is exact to float64 within a millionth.
+            quote:
+              - {article: TOY, text: "Scaling a vector is exact to a millionth."}
             asserted: {at_most: 1.0e-6}
             wording: within a millionth
             tolerance: 0

@@ -8,13 +8,17 @@ import copy
 import pytest
 import yaml
 
-from analysis import audit
+from analysis import audit, registry
 from analysis.audit import Claim, Context, Verdict
 
 
+def _registry(path=audit.REGISTRY) -> list[Claim]:
+    return audit.load_claims(registry.evaluators(), path=path)
+
+
 def _part(asserted: dict, tolerance: float = 0.0) -> Claim:
-    whole = Claim("w", "S0", "whole", {"text": "x"}, "x", 0.0, {}, ("measured",), "not_built")
-    return Claim("w.p", "S0", "part", asserted, "x", tolerance, {}, ("measured",), "not_built", part="p",
+    whole = Claim("w", "S0", "whole", {"text": "x"}, "x", 0.0, {}, ("measured",), "fake")
+    return Claim("w.p", "S0", "part", asserted, "x", tolerance, {}, ("measured",), "fake", part="p",
                  whole=whole)  # fmt: skip
 
 
@@ -42,7 +46,7 @@ def test_a_qualitative_part_or_no_value_is_an_error_naming_the_part():
         audit.judge_part(_part({"approx": 1}), [float("nan")])
 
 
-def test_the_part_verdict_comes_from_the_whole_evaluation(monkeypatch):
+def test_the_part_verdict_comes_from_the_whole_evaluation():
     part = _part({"range": [2, 4], "unit": "×"})
     seen = []
 
@@ -51,24 +55,22 @@ def test_the_part_verdict_comes_from_the_whole_evaluation(monkeypatch):
         parts = {"p": ([3.0], "3.0×"), "q": ("fails", "")}
         return [Verdict("partly", "whole", "note", "evidence", gpu="g", parts=parts)]
 
-    monkeypatch.setitem(audit.EVALUATORS, "not_built", evaluate)
-    df = audit.audit([part], Context(), band=False)
+    df = audit.audit([part], Context(), {"fake": evaluate}, band=False)
     assert seen == ["w"]  # the evaluator judges the whole claim
     row = df.iloc[0]
     assert (row["claim_id"], row["verdict"], row["observed"], row["unit"], row["note"]) == \
         ("w.p", "holds", "3.0×", "×", "note")  # fmt: skip
-    missing = Claim("w.r", "S0", "r", {"approx": 1}, "x", 0.0, {}, ("measured",), "not_built", part="r",
+    missing = Claim("w.r", "S0", "r", {"approx": 1}, "x", 0.0, {}, ("measured",), "fake", part="r",
                     whole=part.whole)  # fmt: skip
     with pytest.raises(ValueError, match="gives no verdict for part 'r' of claim 'w'"):
-        audit.audit([missing], Context(), band=False)
+        audit.audit([missing], Context(), {"fake": evaluate}, band=False)
 
 
-def test_an_untestable_whole_makes_every_part_untestable(monkeypatch):
+def test_an_untestable_whole_makes_every_part_untestable():
     def evaluate(claim, ctx):
         raise audit.Untestable("no rows")
 
-    monkeypatch.setitem(audit.EVALUATORS, "not_built", evaluate)
-    row = audit.audit([_part({"approx": 1})], Context(), band=False).iloc[0]
+    row = audit.audit([_part({"approx": 1})], Context(), {"fake": evaluate}, band=False).iloc[0]
     assert row["verdict"] == "untestable" and row["note"] == "no rows"
 
 
@@ -82,11 +84,11 @@ def test_the_registry_refuses_bad_part_names(tmp_path):
         path = tmp_path / "registry.yaml"
         path.write_text(yaml.safe_dump(bad, allow_unicode=True), encoding="utf-8")
         with pytest.raises(ValueError, match=message):
-            audit.load_registry(path)
+            _registry(path)
 
 
 def test_the_shipped_compound_claims_come_as_parts():
-    ids = {c.id for c in audit.load_registry()}
+    ids = {c.id for c in _registry()}
     assert {"fa1-speed-mem.speed", "fa1-speed-mem.memory", "exp4-close.vs-naive", "exp4-close.vs-official",
             "fa3-util.utilisation", "fa3-util.tflops", "incident-rollback.memory", "incident-rollback.latency",
             "fa2-mfu.utilisation", "fa2-mfu.tflops", "fa1-mfu.utilisation", "fa1-mfu.tflops"} <= ids  # fmt: skip
@@ -94,8 +96,8 @@ def test_the_shipped_compound_claims_come_as_parts():
 
 
 def test_an_analytic_compound_claim_judges_each_number_of_its_own():
-    parts = [c for c in audit.load_registry() if c.whole is not None and c.whole.id == "mem-128k-head"]
-    df = audit.audit(parts, Context()).set_index("claim_id")
+    parts = [c for c in _registry() if c.whole is not None and c.whole.id == "mem-128k-head"]
+    df = audit.audit(parts, Context(), registry.evaluators()).set_index("claim_id")
     assert list(df.index) == ["mem-128k-head.elements", "mem-128k-head.s", "mem-128k-head.s-and-p"]
     assert (df["verdict"] == "holds").all() and (df["gpu"] == audit.ANALYTIC).all()
     s = df.loc["mem-128k-head.s"]
