@@ -128,18 +128,19 @@ def test_analytic_observed_strings(full, cid, fragment, where):
 
 def test_full_audit_judges_measured_claims_on_h200(full):
     # every wired measured claim produced an H200 row (none silently vanished)
-    for cid in ("idle-95", "tc-bound-55", "std-mfu", "fa-exact", "online-softmax", "fp16-tolerance", "fa2-mfu",
-                "causal-skip-50", "incident-rollback", "exp1-oom-16k", "exp3-maxdiff", "exp4-close",
-                "exp-s0-slower"):  # fmt: skip
+    for cid in ("idle-95", "tc-bound-55", "std-mfu", "fa-exact", "online-softmax", "fp16-tolerance", "fa2-mfu.tflops",
+                "causal-skip-50", "incident-rollback.memory", "incident-rollback.latency", "exp1-oom-16k.oom",
+                "exp3-maxdiff", "exp4-close.vs-naive",
+                "exp4-close.vs-official", "exp-s0-slower"):  # fmt: skip
         rows = full[(full["claim_id"] == cid) & (full["gpu"] == "h200")]
         assert len(rows) == 1, cid
 
 
 def test_the_shipped_fp8_ratio_is_borderline(full):
-    """A fresh H200 run flipped fp8-2pf from partly to holds (1.94× against 1.97×): the shipped rows' band
-    already says it sits on the edge. Most measured verdicts do not move."""
+    """H200 runs have put fp8-2pf on both sides of its 2% tolerance (1.94×, 1.96× against 1.97×): whichever
+    side the shipped medians fall on, the band says the verdict sits on the edge. Most verdicts do not move."""
     row = full[(full["claim_id"] == "fp8-2pf") & (full["gpu"] == "h200")].iloc[0]
-    assert row["verdict"] == "partly" and row["borderline"] and row["band"] == "holds, partly"
+    assert row["borderline"] and row["band"] == "holds, partly" and row["verdict"] in ("holds", "partly")
     measured = full[full["gpu"] == "h200"]
     assert 1 <= int(measured["borderline"].sum()) < len(measured) // 4
     assert (full.loc[~full["borderline"], "band"].isin(["", *audit.VERDICTS])).all()

@@ -1,8 +1,8 @@
-"""Adding a family touches five places: its kernel folder, its family folder, one line of the registry, its
-config section, and its tests (this file). A toy family (a Triton kernel that scales a vector, one experiment,
-one figure, one claim of its own, under a report topic of its own) is added that way to a copy of the repository, and the workflow runs it on
-the CPU (the ``cpu`` GPU type: Triton's interpreter) end to end: its benchmark job, the collected table, its
-figure, the audit's verdict on its claim, and the report."""
+"""Adding a family touches five places: its kernel folder, its family folder, one line of the registry, its config
+section, and its tests (this file). A toy family (a Triton kernel that scales a vector, one experiment, one
+figure, one claim of its own, under a report topic of its own) is added that way to a copy of the repository,
+and the workflow runs it on the CPU (the ``cpu`` GPU type: Triton's interpreter) end to end: its benchmark job,
+the collected table, its figure, the audit's verdict on its claim, and the report."""
 
 from __future__ import annotations
 
