@@ -7,7 +7,7 @@ rule figures:
             update(directory(f"{RESULTS}/report/{{gpu}}/{{family}}")),
             patterns=["{name}.png"],
             caption="../../reports/captions/figure.rst",
-            category="{family}",
+            category=lambda w: FAMILIES[w.family].title,
             subcategory="{gpu}",
             labels={"figure": "{name}"},
         ),
