@@ -411,8 +411,11 @@ def a100_bw(claim, ctx):
         s.fp16_tflops, claim.asserted["also"]["fp16_tflops"], claim.tolerance
     )
     note = "datasheet figures confirmed; the 'effective ≈1.5 TB/s' (74% of peak) needs an A100 to measure"
+    parts = {"peak-bandwidth": ([s.hbm_tbps], f"{s.hbm_tbps:g} TB/s (datasheet)"),
+             "effective-bandwidth": ("untestable", "needs an A100 to measure"),
+             "fp16-peak": ([s.fp16_tflops], f"{s.fp16_tflops:g} TFLOP/s (datasheet)")}  # fmt: skip
     return [Verdict("holds" if ok else "fails", f"{s.hbm_tbps:g} TB/s; {s.fp16_tflops:g} TFLOP/s", note,
-                    "analysis/gpu_specs.yaml: a100-sxm4-80gb", unit="TB/s")]  # fmt: skip
+                    "analysis/gpu_specs.yaml: a100-sxm4-80gb", unit="TB/s", parts=parts)]  # fmt: skip
 
 
 @evaluator("time_128k_hbm")
@@ -867,8 +870,10 @@ def mem_64k(claim, ctx):
         f"keeps only the row logsumexp, {lse_kib:.0f} KiB per head (outputs and inputs excluded)"
     )
     verdict = "holds" if ok and ok_fa else "partly" if ok or ok_fa else "fails"
+    parts = {"standard": ([sp_fp32 / 2**30], f"{sp_fp32 / 2**30:.0f} GiB (S and P, fp32, one head)"),
+             "flash": ([lse_kib], f"{lse_kib:.0f} KiB (the row logsumexp, one head)")}  # fmt: skip
     return [Verdict(verdict, f"{sp_fp32 / 2**30:.0f} GiB → {lse_kib:.0f} KiB", note,
-                    "analysis/models.py: score_matrix_bytes", unit="GiB")]  # fmt: skip
+                    "analysis/models.py: score_matrix_bytes", unit="GiB", parts=parts)]  # fmt: skip
 
 
 @evaluator("fa_io_theorem")
