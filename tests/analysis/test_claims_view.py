@@ -59,11 +59,11 @@ def test_rows_come_in_topic_order_and_unknown_claims_are_refused():
     texts = claims_view.load_texts()
     df = _verdicts([
         {"claim_id": "w4-bandwidth", "verdict": "holds", "gpu": "h200", "figure": "w4a16_speedup"},
-        {"claim_id": "mem-64k", "verdict": "holds", "gpu": "-", "evidence": "model"},
+        {"claim_id": "mem-64k.standard", "verdict": "holds", "gpu": "-", "evidence": "model"},
         {"claim_id": "flashinfer", "verdict": "untestable", "gpu": "-", "evidence": claims_view.NO_EXPERIMENT},
     ])  # fmt: skip
     rows = claims_view.claim_rows(df, texts, {"h200"})
-    assert [r["claim_id"] for r in rows] == ["mem-64k", "flashinfer", "w4-bandwidth"]
+    assert [r["claim_id"] for r in rows] == ["mem-64k.standard", "flashinfer", "w4-bandwidth"]
     assert rows[2]["link"] == "#fig-h200-w4a16_speedup" and rows[0]["link"] == ""
     assert claims_view.claim_rows(df, texts, set())[2]["link"] == ""  # no figure of that GPU in the report
     # a claim without an experiment says so in words, not with the audit's token
@@ -85,7 +85,7 @@ def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
         {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
         {"claim_id": "fa1-speed-mem.speed", "verdict": "fails", "gpu": "h200", "figure": "fa1_figure3"},
         {"claim_id": "fa1-blocks", "verdict": "holds", "gpu": "-"},
-        {"claim_id": "mem-64k", "verdict": "holds", "gpu": "-"},
+        {"claim_id": "mem-64k.standard", "verdict": "holds", "gpu": "-"},
     ])  # fmt: skip
     groups = claims_view.headlines(claims_view.claim_rows(df, texts, {"h200"}), {("h200", "fa1_figure3"): png})
     assert [g["topic"] for g in groups] == ["memory", "fa1"]

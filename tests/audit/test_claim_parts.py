@@ -102,3 +102,10 @@ def test_an_analytic_compound_claim_judges_each_number_of_its_own():
     assert (df["verdict"] == "holds").all() and (df["gpu"] == audit.ANALYTIC).all()
     s = df.loc["mem-128k-head.s"]
     assert s["observed"] == "S 34.36 GB" and s["asserted"] == "≈ 34.36 GB"
+
+
+def test_a_part_no_experiment_can_check_is_untestable_beside_the_parts_that_hold():
+    parts = [c for c in _registry() if c.whole is not None and c.whole.id == "a100-bw"]
+    df = audit.audit(parts, Context(), registry.evaluators()).set_index("claim_id")["verdict"].to_dict()
+    assert df == {"a100-bw.peak-bandwidth": "holds", "a100-bw.effective-bandwidth": "untestable",
+                  "a100-bw.fp16-peak": "holds"}  # fmt: skip

@@ -31,7 +31,7 @@ PROVENANCE = {"timestamp", "git_sha"}
 SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+)")
 
 
-def snakemake(*args, cwd: Path, timeout: int = 150) -> subprocess.CompletedProcess:
+def snakemake(*args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     cmd = ["timeout", "-k", "10", str(timeout), sys.executable, "-m", "snakemake", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
 
