@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis.core import tables
+
 SHORT = 12  # hex digits of a commit shown (the manifest's change keys use as many)
 
 
@@ -26,10 +28,7 @@ def rows_per_commit(frames: list[pd.DataFrame], section: str) -> list[tuple[str,
     for df in frames:
         if df is None or df.empty:
             continue
-        hit = df["experiment"].astype(str) == section
-        if "family" in df:
-            hit |= df["family"].astype(str) == section
-        parts.append(df.loc[hit, "git_sha"].fillna("unknown").astype(str))
+        parts.append(df.loc[tables.section_mask(df, section), "git_sha"].fillna("unknown").astype(str))
     shas = pd.concat(parts) if parts else pd.Series(dtype=str)
     counts = shas.value_counts()
     return [(str(sha), int(n)) for sha, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]

@@ -26,7 +26,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
-from analysis.core import outputs
+from analysis.core import outputs, tables
 from analysis.core.paths import ROOT
 
 matplotlib.use("Agg")
@@ -78,10 +78,7 @@ def measured_at_all(df: pd.DataFrame, section: str | None) -> bool:
     """Whether ``df`` has any row (of any status) of the experiment or family ``section``."""
     if not section or "experiment" not in df:
         return True
-    hit = df["experiment"].astype(str) == section
-    if "family" in df:
-        hit |= df["family"].astype(str) == section
-    return bool(hit.any())
+    return bool(tables.section_mask(df, section).any())
 
 
 def as_bool(s: pd.Series) -> pd.Series:

@@ -162,3 +162,11 @@ def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str
 def load_provenance(path: str | Path) -> dict:
     """An ``environment.json``, validated (``analysis.core.validate.read_environment``)."""
     return validate.read_environment(path)
+
+
+def section_mask(df: pd.DataFrame, section: str) -> pd.Series:
+    """Rows of ``df`` that belong to ``section``: an experiment, or a family (quant, moe, ...)."""
+    hit = df["experiment"].astype(str) == section
+    if "family" in df:
+        hit |= df["family"].astype(str) == section
+    return hit
