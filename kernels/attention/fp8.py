@@ -564,6 +564,8 @@ def forward_quantized(
         raise ValueError(f"q_block={q_block} must be a multiple of the kernel's {qb} query rows per tile")
     if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % kvb:
         raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's {kvb} keys per tile")
+    if which != "fa3" and fa3.schedule_of(schedule) != fa3.SCHEDULES["fa3"]:
+        raise ValueError(f"schedule={schedule!r} switches the FA-3 kernel's techniques; this call runs {which}")
     if which == "fa3":
         return fa3.forward_fp8(q8, k8, v8.transpose(-1, -2), q_scale, k_scale, v_scale, causal, sm_scale,
                                q_block=q_block, kv_block=kv_block, out_dtype=out_dtype,

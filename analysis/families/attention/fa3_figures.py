@@ -89,14 +89,24 @@ def fa3_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """FA-3's ablation (experiment ``fa3-ablation``): forward TFLOP/s of the full schedule and of each
     variant with one technique switched off, beside our FA-2 and cuDNN, one panel per (head dim, mask, N);
     each bar is labelled with its change against the full schedule at the same point."""
-    d = prepare(df, "fa3-ablation")
+    order = ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"]
+    table = ablation_bars(prepare(df, "fa3-ablation"), out_png, FA3, order, ABLATION_LABELS,
+                          "FlashAttention-3 ablation: each technique off in turn")  # fmt: skip
+    return table.rename(columns={"full_tflops": "fa3_tflops"})
+
+
+def ablation_bars(d: pd.DataFrame, out_png, full: str, order: list[str], labels: dict[str, str], heading: str,
+                  ) -> pd.DataFrame:  # fmt: skip
+    """An ablation's bars (the rows ``d`` of one experiment, ``prepare``d): forward TFLOP/s of ``full`` and of
+    every other implementation of ``order`` present, one panel per (dtype, head dim, mask, N), each bar
+    labelled with its change against ``full`` at the same point (column ``change_pct``; ``full_tflops``)."""
     ok = ok_timed(d).dropna(subset=["tflops"])
     keys = ["dtype", "head_dim", "causal", "seqlen_q", "batch", "heads"]
-    full = ok[ok["impl"] == FA3][keys + ["tflops"]].rename(columns={"tflops": "fa3_tflops"})
-    ok = ok.merge(full, on=keys, how="inner")
-    require(ok, "no ok timed rows of 'fa3-ablation' with the full FA-3 schedule")
-    ok = ok.assign(change_pct=100 * (ok["tflops"] / ok["fa3_tflops"] - 1))
-    order = [i for i in ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"] if i in set(ok["impl"])]
+    ref = ok[ok["impl"] == full][keys + ["tflops"]].rename(columns={"tflops": "full_tflops"})
+    ok = ok.merge(ref, on=keys, how="inner")
+    require(ok, f"no ok timed rows of {d['experiment'].iloc[0]!r} with {full}" if len(d) else "no rows")
+    ok = ok.assign(change_pct=100 * (ok["tflops"] / ok["full_tflops"] - 1))
+    order = [i for i in order if i in set(ok["impl"])]
     panels = ok[keys[:4]].drop_duplicates().sort_values(["head_dim", "causal", "seqlen_q"])
     palette = dict(zip(order, sns.color_palette("colorblind", len(order)), strict=True))
     with theme():
@@ -108,17 +118,17 @@ def fa3_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
             ax.bar(range(len(present)), sub.loc[present, "tflops"], color=[palette[i] for i in present])
             for x, impl in enumerate(present):
                 change = sub.loc[impl, "change_pct"]
-                text = f"{sub.loc[impl, 'tflops']:.0f}" + ("" if impl == FA3 else f"\n{change:+.0f}%")
+                text = f"{sub.loc[impl, 'tflops']:.0f}" + ("" if impl == full else f"\n{change:+.0f}%")
                 ax.annotate(text, (x, sub.loc[impl, "tflops"]), textcoords="offset points", xytext=(0, 2),
                             ha="center", va="bottom", fontsize=7)  # fmt: skip
             ax.set_xticks(range(len(present)))
-            ax.set_xticklabels([ABLATION_LABELS.get(i, i) for i in present], rotation=40, ha="right", fontsize=7.5)
+            ax.set_xticklabels([labels.get(i, i) for i in present], rotation=40, ha="right", fontsize=7.5)
             ax.set_title(f"{p.dtype}, d={p.head_dim}, {'causal' if p.causal else 'non-causal'}, "
                          f"N={fmt_n(p.seqlen_q)}", fontsize=9)  # fmt: skip
             ax.margins(y=0.18)
         axes[0, 0].set_ylabel("forward TFLOP/s")
-        fig.suptitle(title(d, "FlashAttention-3 ablation: each technique off in turn"), fontweight="bold")
+        fig.suptitle(title(d, heading), fontweight="bold")
         fig.tight_layout()
         save_with_note(fig, out_png, missing_note(failed(d)))
-    cols = ID + ["ms_median", "ms_p20", "ms_p80", "tflops", "fa3_tflops", "change_pct", "kernel_config"]
+    cols = ID + ["ms_median", "ms_p20", "ms_p80", "tflops", "full_tflops", "change_pct", "kernel_config"]
     return tidy(with_failed(ok, failed(d), cols), extra_sort=["status"])

@@ -9,11 +9,15 @@ points as the attention family, so its spec is the attention ``Spec`` with this 
   per (head_dim, causal) of ``fp8.speed``.
 - ``fp8-accuracy``: nothing timed; the error of every implementation against float64 per input distribution
   (``INPUTS``); one shard per (inputs, dtype) of ``fp8.accuracy``.
+- ``fp8-ablation``: the FA-3 ablation on e4m3 (``ours-fp8-block`` with each of FA-3's techniques switched off
+  in turn, ``ours-fp8-block-<switch>``) beside our bf16 FA-3 on the same inputs, FA-2 setting shapes; one
+  shard per (head_dim, causal) of ``fp8.ablation``.
 
 Implementation names ``ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]``: the scales' granularity (``none``:
 cast without scaling), ``-rot`` incoherent processing (Q and K rotated before quantising), ``-p1`` P cast to
 e4m3 without its scale of 256, ``-triton`` the portable Triton kernel (else the FA-3 kernel on Hopper, the
-Triton one elsewhere), ``-e2e`` ``fp8.attention`` on the 16-bit inputs, quantisation timed with the kernel
+Triton one elsewhere; ``ours-fp8-block-<switch>``, a name of ``FA3_ABLATIONS``, is the FA-3 kernel with that
+technique switched off), ``-e2e`` ``fp8.attention`` on the 16-bit inputs, quantisation timed with the kernel
 (else inputs quantised before timing, FlashAttention-3's convention). ``fp8-speed`` also times our bf16 FA-3
 (``ours-fa3``). ``fp8-mm`` / ``bf16-mm``: this run's GEMM ceilings (``torch._scaled_mm`` in e4m3,
 ``torch.matmul`` in bf16, 8192³), measured once per ``fp8-speed`` point.
@@ -27,11 +31,16 @@ from analysis.families.attention import plan as attention
 
 FP8_GRANULARITIES = ("none", "tensor", "head", "block")
 _FP8_BASE = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
-FP8_IMPLS = tuple(f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e"))
+# the FA-3 kernel on e4m3 with one technique switched off (the switches of the bf16 ablation)
+FP8_ABLATION_IMPLS = tuple(f"ours-fp8-block-{a}" for a in attention.FA3_ABLATIONS)
+FP8_IMPLS = tuple(
+    f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e")
+) + FP8_ABLATION_IMPLS
 CEILING_IMPLS = ("fp8-mm", "bf16-mm")
 EXPERIMENT_IMPLS = {
     "fp8-speed": FP8_IMPLS + ("ours-fa3",) + attention.DENSE_IMPLS + CEILING_IMPLS,
     "fp8-accuracy": FP8_IMPLS + attention.DENSE_IMPLS,
+    "fp8-ablation": ("ours-fp8-block",) + FP8_ABLATION_IMPLS + attention.FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
 }
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
 # The input distributions of fp8-accuracy: N(0,1); FlashAttention-3's outlier setting, N(0,1) plus N(0,100)
@@ -47,7 +56,7 @@ class Fp8Spec(attention.Spec):
     FORWARD_ONLY: ClassVar[tuple[str, ...]] = EXPERIMENTS
     INPUTS: ClassVar[tuple[str, ...]] = INPUTS
     INPUT_EXPERIMENTS: ClassVar[tuple[str, ...]] = ("fp8-accuracy",)
-    HIDDEN_SHAPED: ClassVar[tuple[str, ...]] = ("fp8-speed",)
+    HIDDEN_SHAPED: ClassVar[tuple[str, ...]] = ("fp8-speed", "fp8-ablation")
     TOKEN_SHAPED: ClassVar[tuple[str, ...]] = ()
 
 
@@ -59,16 +68,18 @@ def shards(config: dict) -> dict[str, dict]:
     """Shard name → Fp8Spec fields for every GPU benchmark job of the ``fp8`` config section."""
     f8 = config["fp8"]
     out: dict[str, dict] = {}
-    speed = f8["speed"]
-    if speed["enabled"]:
-        for d in speed["head_dims"]:
-            for causal in speed["causal"]:
-                name = attention.shard_name("fp8-speed", speed["dtype"], d, causal)
-                fields = dict(experiment="fp8-speed", dtype=speed["dtype"], head_dim=d, causal=causal,
-                              seqlens=speed["seqlens"], impls=speed["impls"], tokens=speed["tokens"],
-                              hidden=speed["hidden"], warmup_ms=speed["warmup_ms"], rep_ms=speed["rep_ms"],
-                              check_rows=speed["check_rows"])  # fmt: skip
-                out[name] = attention.checked("fp8.speed", name, fields, Fp8Spec)
+    for key, experiment in (("speed", "fp8-speed"), ("ablation", "fp8-ablation")):
+        timed = f8[key]
+        if not timed["enabled"]:
+            continue
+        for d in timed["head_dims"]:
+            for causal in timed["causal"]:
+                name = attention.shard_name(experiment, timed["dtype"], d, causal)
+                fields = dict(experiment=experiment, dtype=timed["dtype"], head_dim=d, causal=causal,
+                              seqlens=timed["seqlens"], impls=timed["impls"], tokens=timed["tokens"],
+                              hidden=timed["hidden"], warmup_ms=timed["warmup_ms"], rep_ms=timed["rep_ms"],
+                              check_rows=timed["check_rows"])  # fmt: skip
+                out[name] = attention.checked(f"fp8.{key}", name, fields, Fp8Spec)
     acc = f8["accuracy"]
     if acc["enabled"]:  # nothing is timed: no warm-up, no repetitions
         for inputs in acc["inputs"]:

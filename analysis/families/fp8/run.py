@@ -21,12 +21,17 @@ its measuring parts (``analysis.families.attention.measure``) for the 16-bit imp
   2⁻¹⁰), and ``p_mass_lost``, their share of the row sums; computed in float64 on the sampled rows with
   the final row maximum, an upper bound on the kernel's (whose running maximum is never above the final
   one, so its P entries are never smaller).
+- ``fp8-ablation``: FA-3's ablation on e4m3: forward TFLOP/s of ``ours-fp8-block`` and of the same kernel with
+  each of FA-3's techniques switched off (``ours-fp8-block-<switch>``, the switches of ``fa3-ablation``),
+  inputs quantised before timing, beside our bf16 FA-3 (and its variants) on the same bf16 inputs; gated as
+  ``fp8-speed``'s rows.
 
-Implementation names ``ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]``: the scales' granularity (``none``:
-cast without scaling, saturating), ``-rot`` incoherent processing (Q and K times one random Hadamard-based
-orthogonal matrix before quantising), ``-p1`` P cast to e4m3 without its scale of 256, ``-triton`` the
-portable Triton kernel (else the FA-3 kernel on Hopper), ``-e2e`` ``fp8.attention`` on the 16-bit inputs
-with the fused quantiser timed (``FP8Impl``).
+Implementation names ``ours-fp8-<granularity>[-rot][-p1][-<switch>][-triton][-e2e]``: the scales' granularity
+(``none``: cast without scaling, saturating), ``-rot`` incoherent processing (Q and K times one random
+Hadamard-based orthogonal matrix before quantising), ``-p1`` P cast to e4m3 without its scale of 256,
+``-<switch>`` the FA-3 kernel with that technique off (``no-warp-specialize``, ``no-pingpong``,
+``no-overlap``, ``no-tma``), ``-triton`` the portable Triton kernel (else the FA-3 kernel on Hopper),
+``-e2e`` ``fp8.attention`` on the 16-bit inputs with the fused quantiser timed (``FP8Impl``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from analysis.core import harness
 from analysis.core.flops import attention_flops, gemm_flops, tflops
 from analysis.core.points import DTYPES, generator, sample_rows, short
 from analysis.families.attention import measure as att
+from analysis.families.attention.plan import FA3_ABLATIONS
 from analysis.families.fp8.plan import FP8_GRANULARITIES, Fp8Spec
 from kernels import tolerance
 from kernels.attention import reference
@@ -63,10 +69,11 @@ class FP8Impl(typing.NamedTuple):
     p_scale: float
     kernel: str  # fp8.KERNELS: "auto" (FA-3 on Hopper) or "triton"
     e2e: bool  # fp8.attention on the 16-bit inputs, quantisation timed
+    schedule: str = "fa3"  # the FA-3 kernel's schedule (fa3.SCHEDULES): "fa3", or one technique switched off
 
 
 def parse_impl(name: str) -> FP8Impl:
-    """``ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]`` → its ``FP8Impl``."""
+    """``ours-fp8-<granularity>[-rot][-p1][-<switch>][-triton][-e2e]`` → its ``FP8Impl``."""
     from kernels.attention import fp8
 
     rest = name.removeprefix("ours-fp8-")
@@ -74,6 +81,11 @@ def parse_impl(name: str) -> FP8Impl:
     rest = rest.removesuffix("-e2e")
     kernel = "triton" if rest.endswith("-triton") else "auto"
     rest = rest.removesuffix("-triton")
+    schedule = next((a for a in FA3_ABLATIONS if rest.endswith(f"-{a}")), "fa3")
+    if schedule != "fa3":
+        if kernel == "triton":
+            raise ValueError(f"{name!r}: a technique switch ({schedule}) is the FA-3 kernel's, not Triton's")
+        rest = rest.removesuffix(f"-{schedule}")
     p_scale = fp8.P_SCALE
     if rest.endswith("-p1"):
         rest, p_scale = rest.removesuffix("-p1"), 1.0
@@ -81,7 +93,7 @@ def parse_impl(name: str) -> FP8Impl:
     rest = rest.removesuffix("-rot")
     if not name.startswith("ours-fp8-") or rest not in FP8_GRANULARITIES:
         raise ValueError(f"not an FP8 implementation name: {name!r}")
-    return FP8Impl(rest, rotate, p_scale, kernel, e2e)
+    return FP8Impl(rest, rotate, p_scale, kernel, e2e, schedule)
 
 
 def make_inputs(kind: str, shapes, dtype: torch.dtype, device, gen: torch.Generator) -> list[torch.Tensor]:
@@ -112,6 +124,9 @@ class Quantised:
         impl = parse_impl(name)
         self.granularity, self.rotate, self.p_scale, self.e2e = impl.granularity, impl.rotate, impl.p_scale, impl.e2e
         self.kernel = fp8.kernel_for(q.device, q.shape[-1], impl.kernel)
+        self.schedule = impl.schedule
+        if self.schedule != "fa3" and self.kernel != "fa3":
+            raise TypeError(f"{name}: needs the FA-3 kernel (Hopper), this device runs {self.kernel}")
         self.blocks = fp8.blocks(self.kernel, q.shape[-1])
         self.causal = causal
         self.inputs = (q, k, v)
@@ -123,12 +138,12 @@ class Quantised:
 
         if self.e2e:
             return fp8.attention(*self.inputs, self.causal, granularity=self.granularity, rotate=self.rotate,
-                                 p_scale=self.p_scale, kernel=self.kernel)  # fmt: skip
+                                 p_scale=self.p_scale, kernel=self.kernel, schedule=self.schedule)  # fmt: skip
         q8, k8, v8, qs, ks, vs = self.tensors
         q_block, kv_block = self.blocks
         return fp8.forward_quantized(
             q8, k8, v8, qs, ks, vs, self.causal, q_block=q_block, kv_block=kv_block, out_dtype=self.out_dtype,
-            check_scale_values=False, p_scale=self.p_scale, kernel=self.kernel,
+            check_scale_values=False, p_scale=self.p_scale, kernel=self.kernel, schedule=self.schedule,
         )  # fmt: skip
 
     def dequantised(self, batch: slice = slice(0, 1)) -> tuple[torch.Tensor, ...]:
@@ -148,6 +163,7 @@ class Quantised:
         d = self.inputs[0].shape[-1]
         tiles = fa3.config_in_effect(d, fp8=True) if self.kernel == "fa3" else fp8.config_in_effect(d)
         rot = ", rotated" if self.rotate else ""
+        rot += "" if self.schedule == "fa3" else f", schedule={self.schedule}"
         e2e = ", quantised in the call (fused quantiser)" if self.e2e else ""
         return f"{self.kernel}: {tiles}, granularity={self.granularity}{rot}, p_scale={self.p_scale:g}{e2e}"
 
@@ -157,11 +173,11 @@ def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dic
 
 
 def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], files=None) -> list[dict]:
-    """Measure every point of an ``fp8-speed`` or ``fp8-accuracy`` shard (rows of the attention table; ``files``
-    is not used)."""
+    """Measure every point of an ``fp8-speed``, ``fp8-ablation`` or ``fp8-accuracy`` shard (rows of the
+    attention table; ``files`` is not used)."""
     from analysis.core.provenance import row_provenance
 
-    timed = spec.experiment == "fp8-speed" and device != "cpu"
+    timed = spec.experiment != "fp8-accuracy" and device != "cpu"
     dtype = DTYPES[spec.dtype]
     prov = row_provenance(env)
     progress = harness.Progress(spec.points(), log_line)

@@ -20,14 +20,53 @@ ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-
 
 
 def test_parse_impl():
-    assert fp8.parse_impl("ours-fp8-block") == ("block", False, 256.0, "auto", False)
-    assert fp8.parse_impl("ours-fp8-tensor-rot") == ("tensor", True, 256.0, "auto", False)
-    assert fp8.parse_impl("ours-fp8-block-p1") == ("block", False, 1.0, "auto", False)
-    assert fp8.parse_impl("ours-fp8-block-rot-triton-e2e") == ("block", True, 256.0, "triton", True)
-    assert fp8.parse_impl("ours-fp8-head-e2e") == ("head", False, 256.0, "auto", True)
-    for bad in ("ours-fa2", "ours-fp8-channel", "ours-fp8-", "ours-fp8-block-e2e-triton", "ours-fp8-e2e"):
+    assert fp8.parse_impl("ours-fp8-block") == ("block", False, 256.0, "auto", False, "fa3")
+    assert fp8.parse_impl("ours-fp8-tensor-rot") == ("tensor", True, 256.0, "auto", False, "fa3")
+    assert fp8.parse_impl("ours-fp8-block-p1") == ("block", False, 1.0, "auto", False, "fa3")
+    assert fp8.parse_impl("ours-fp8-block-rot-triton-e2e") == ("block", True, 256.0, "triton", True, "fa3")
+    assert fp8.parse_impl("ours-fp8-head-e2e") == ("head", False, 256.0, "auto", True, "fa3")
+    assert fp8.parse_impl("ours-fp8-block-no-tma") == ("block", False, 256.0, "auto", False, "no-tma")
+    assert fp8.parse_impl("ours-fp8-block-no-pingpong-e2e").schedule == "no-pingpong"
+    for bad in ("ours-fa2", "ours-fp8-channel", "ours-fp8-", "ours-fp8-block-e2e-triton", "ours-fp8-e2e",
+                "ours-fp8-no-tma", "ours-fp8-block-no-such-switch"):  # fmt: skip
         with pytest.raises(ValueError, match="not an FP8"):
             fp8.parse_impl(bad)
+    with pytest.raises(ValueError, match="FA-3 kernel's, not Triton's"):
+        fp8.parse_impl("ours-fp8-block-no-tma-triton")
+
+
+def test_every_fp8_name_parses_and_every_switch_is_the_kernels():
+    from analysis.families.fp8 import plan
+    from kernels.attention import fa3
+
+    for name in plan.FP8_IMPLS:
+        impl = fp8.parse_impl(name)
+        assert impl.schedule in fa3.SCHEDULES, name
+    assert {fp8.parse_impl(n).schedule for n in plan.FP8_ABLATION_IMPLS} == set(fa3.SCHEDULES) - {"fa3"}
+    assert set(fp8_figures.FP8_ABLATION_ORDER) == {"ours-fp8-block", *plan.FP8_ABLATION_IMPLS}
+
+
+def test_ablation_shards_and_their_cpu_rows(env):
+    """fp8-ablation makes one shard per (head_dim, causal) of its section; in the interpreter (no FA-3 kernel)
+    its switch rows are unsupported, naming the kernel they need, and the plain FP8 row runs the Triton one."""
+    from analysis.families.fp8 import plan
+
+    timed = {"enabled": True, "tokens": 16384, "hidden": 2048, "dtype": "bfloat16", "head_dims": [64, 128],
+             "causal": [False], "seqlens": [8192], "impls": ["ours-fp8-block", "ours-fp8-block-no-tma", "ours-fa3"],
+             "check_rows": 128, "warmup_ms": 25, "rep_ms": 100}  # fmt: skip
+    shards = plan.shards({"fp8": {"speed": {**timed, "enabled": False}, "ablation": timed,
+                                  "accuracy": {"enabled": False}}})  # fmt: skip
+    assert sorted(shards) == ["fp8-ablation_bfloat16_d128_full", "fp8-ablation_bfloat16_d64_full"]
+    assert Spec(**shards["fp8-ablation_bfloat16_d128_full"]).shape(0) == (2, 16, 8192, 8192)
+    with pytest.raises(ValueError, match="fp8.ablation"):
+        plan.shards({"fp8": {"speed": {**timed, "enabled": False}, "accuracy": {"enabled": False},
+                             "ablation": {**timed, "impls": ["ours-fp8-block-triton-e2e"]}}})  # fmt: skip
+    spec = Spec(experiment="fp8-ablation", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
+                hidden=64, impls=["ours-fp8-block", "ours-fp8-block-no-overlap"], check_rows=16)  # fmt: skip
+    df = ATTENTION.frame(fp8.run(spec, env, device="cpu", log_line=lambda s: None)).set_index("impl")
+    assert df.loc["ours-fp8-block", "status"] == "ok" and not df["timed"].any()
+    assert df.loc["ours-fp8-block-no-overlap", "status"] == "unsupported"
+    assert "needs the FA-3 kernel" in df.loc["ours-fp8-block-no-overlap", "message"]
 
 
 @pytest.mark.parametrize("kind", ["normal", "outliers", "large", "small"])
@@ -159,3 +198,15 @@ def test_fp8_figures_from_a_synthetic_table(tmp_path):
     assert t.set_index(["inputs", "impl"]).loc[("outliers", "ours-fp8-block-p1"), "p_underflow"] == 0.2
     with pytest.raises(NoDataError):
         fp8_figures.fp8_accuracy(ATTENTION.frame(speed), tmp_path / "none.png")
+
+    abl = [_table_row(i, "fp8-ablation", seqlen_q=8192, seqlen_k=8192, batch=2, timed=True, ms_median=1.0, tflops=tf)
+           for i, tf in (("ours-fp8-block", 680.0), ("ours-fp8-block-no-tma", 612.0), ("ours-fa3", 620.0))]
+    abl.append(_table_row("ours-fp8-block-no-pingpong", "fp8-ablation", seqlen_q=8192, seqlen_k=8192, batch=2,
+                          timed=True, status="error", message="ptxas"))  # fmt: skip
+    t = fp8_figures.fp8_ablation(ATTENTION.frame(abl), tmp_path / "abl.png").set_index("impl")
+    assert (tmp_path / "abl.png").stat().st_size > 10_000
+    assert t.loc["ours-fp8-block-no-tma", "change_pct"] == pytest.approx(-10.0)
+    assert t.loc["ours-fa3", "change_pct"] == pytest.approx(100 * (620 / 680 - 1))
+    assert t.loc["ours-fp8-block-no-pingpong", "status"] == "error"  # the failed variant stays listed
+    with pytest.raises(NoDataError):  # no full FP8 kernel row: nothing to measure the change against
+        fp8_figures.fp8_ablation(ATTENTION.frame(abl[1:]), tmp_path / "none.png")
