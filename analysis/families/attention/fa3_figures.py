@@ -110,7 +110,8 @@ def ablation_bars(d: pd.DataFrame, out_png, full: str, order: list[str], labels:
     panels = ok[keys[:4]].drop_duplicates().sort_values(["head_dim", "causal", "seqlen_q"])
     palette = dict(zip(order, sns.color_palette("colorblind", len(order)), strict=True))
     with theme():
-        fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.9), squeeze=False, sharey=True)
+        width = max(3.6, 0.55 * len(order) + 1.2)  # per panel: room for every bar's label
+        fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.9), squeeze=False, sharey=True)
         for ax, p in zip(axes[0], panels.itertuples(index=False), strict=True):
             sub = ok[(ok["dtype"] == p.dtype) & (ok["head_dim"] == p.head_dim) & (ok["causal"] == p.causal)
                      & (ok["seqlen_q"] == p.seqlen_q)].set_index("impl")  # fmt: skip

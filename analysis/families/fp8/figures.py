@@ -155,7 +155,7 @@ def fp8_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     bf16 = ["ours-fa3"] + [f"ours-fa3-{s}" for s in ("no-pingpong", "no-overlap", "no-tma", "no-warp-specialize")]
     return ablation_bars(prepare(df, "fp8-ablation"), out_png, FP8_FULL,
                          FP8_ABLATION_ORDER + bf16 + ["ours-fa2", "sdpa-cudnn"], FP8_ABLATION_LABELS,
-                         "FlashAttention-3 ablation on FP8 (e4m3): each technique off in turn")  # fmt: skip
+                         "FA-3 ablation in FP8 (e4m3): one technique off at a time")  # fmt: skip
 
 
 # name -> figure (caption: captions/<name>.rst; section: the report section)
