@@ -3,7 +3,7 @@
 Every function counts per whole problem (all batches and heads) unless it says otherwise, in FLOPs or
 bytes (``elem_bytes`` = 2 for fp16/bf16). Shapes are square (N queries, N keys) with head dim d. The
 audit, the traffic figures and the tests all use these functions; the FLOP counts of the benchmarks
-come from ``analysis.flops`` and are re-exported here so there is still one definition.
+come from ``analysis.core.flops`` and are re-exported here so there is still one definition.
 
 Conventions follow the papers the claims cite:
 

@@ -8,7 +8,7 @@ per column); what is checked, per file:
 - the text: UTF-8, well-formed CSV (an unterminated quote, a row with more or fewer fields than the
   header: a truncated or corrupted file), a header without repeated or unknown columns, and every column
   the schema requires (a column it lists but does not require was added after tables were shipped: older
-  tables may lack it, and the table's reader fills it in, ``analysis.tables.OPTIONAL``);
+  tables may lack it, and the table's reader fills it in, ``analysis.core.tables.Table.optional``);
 - every cell against its column's property: ``type`` (integer, number, boolean, string; ``null``: may be
   empty), ``enum`` (the status vocabulary, dtypes, modes, …), ``minimum`` / ``maximum`` /
   ``exclusiveMinimum`` (value ranges);
@@ -266,7 +266,7 @@ ENVIRONMENT_KEYS = {"gpu": str, "gpu_name": str, "torch": str, "triton": str, "g
 
 
 def read_environment(path: str | Path, gpu: str | None = None) -> dict:
-    """An ``environment.json`` (``analysis.provenance.environment``): its keys, and its GPU type ``gpu``."""
+    """An ``environment.json`` (``analysis.core.provenance.environment``): its keys, and its GPU type ``gpu``."""
     env = read_json(path, ENVIRONMENT_KEYS)
     if gpu is not None and env["gpu"] != gpu:
         raise DataError(f"{path}: key 'gpu' is {env['gpu']!r}, but the file is the environment of GPU type {gpu!r}")
@@ -277,7 +277,7 @@ FIGURE_KEYS = {"name": str, "caption": str}
 
 
 def read_figure_manifest(path: str | Path) -> list[dict]:
-    """A figures folder's ``manifest.json`` (``analysis.figures.render_all``): a list of entries, each with a
+    """A figures folder's ``manifest.json`` (``analysis.core.plotting.render_all``): a list of entries, each with a
     name and a caption, and its PNG and table present where it names them."""
     entries = read_json(path, kind=list)
     folder = Path(path).parent

@@ -1,7 +1,7 @@
 """FlashAttention-1 as published (Dao et al. 2022, Algorithms 1 and 4), in Triton.
 
 What it is: the FA-1 paper's loop order, kept on purpose so that the FA-1 → FA-2 gap and the FA-1 IO
-model (``analysis.models.fa1_forward_bytes``) can be measured on real hardware. One program per
+model (``analysis.core.models.fa1_forward_bytes``) can be measured on real hardware. One program per
 batch·head (the paper parallelises over batch and heads only). The *outer* loop runs over blocks of
 Bc keys/values, loaded once; the *inner* loop runs over every block of Br query rows and, for each,
 reads Q_i, O_i, ℓ_i and m_i from HBM, updates them with the new block of scores, normalises O_i, and

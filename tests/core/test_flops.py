@@ -1,4 +1,4 @@
-"""The FLOP model (``analysis.flops``) against values computed by hand."""
+"""The FLOP model (``analysis.core.flops``) against values computed by hand."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The analytic models (``analysis.models``) against values computed by hand.
+"""The analytic models (``analysis.core.models``) against values computed by hand.
 
 Every expected value is a literal with the arithmetic that produced it in a comment; none is re-derived
 with the formula under test.

@@ -42,7 +42,7 @@ def held():
 @dataclass(frozen=True)
 class Device:
     id: str  # what CUDA_VISIBLE_DEVICES gets: an index (NVML's, in PCI bus order) or the entry it was given
-    slug: str | None  # the GPU type (analysis.provenance.gpu_slug of its NVML name); None when unknown
+    slug: str | None  # the GPU type (analysis.core.provenance.gpu_slug of its NVML name); None when unknown
 
 
 @dataclass

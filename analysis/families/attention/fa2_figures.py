@@ -276,7 +276,7 @@ def gpu_comparison(df: pd.DataFrame, out_png) -> pd.DataFrame:
     implementation, at the largest N of the FlashAttention-2 setting, per (dtype, head_dim, causal).
 
     ``df`` holds the rows of several GPUs (one table per GPU, concatenated). The peak comes from the GPU
-    specification table (``analysis.gpus``); a GPU type missing from it gets no fraction.
+    specification table (``analysis.core.gpus``); a GPU type missing from it gets no fraction.
     """
     from analysis.core import gpus as specs
 

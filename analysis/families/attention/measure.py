@@ -21,7 +21,7 @@ harness and returns one row per point, whatever happened to it. The experiments 
   (grouped-query when fewer than ``heads``); split-KV decoding against the unsplit kernel, FA-2, SDPA
   and naive, and ``copy-kv``: a device copy of the same K/V bytes, the copy bandwidth the others are
   measured against. Rows carry ``model_bytes`` (Q, K, V read and O written once,
-  ``analysis.models.attention_io_bytes``; copy-kv: the bytes read and written) and ``gbps``.
+  ``analysis.core.models.attention_io_bytes``; copy-kv: the bytes read and written) and ``gbps``.
 - ``varlen``: one batch of sequences of different lengths (``seqlens`` lists them), packed with
   cu_seqlens against the same batch padded to its longest sequence (``analysis.families.attention.varlen``).
 - ``fa3-ablation``: the FA-3 kernel with each of its techniques switched off in turn
@@ -32,7 +32,7 @@ harness and returns one row per point, whatever happened to it. The experiments 
 Modes. ``fwd`` times the forward call. ``bwd`` builds the forward graph once, outside the timed region,
 then times ``torch.autograd.grad(out, (q, k, v), do, retain_graph=True)``: the backward pass alone.
 ``fwd+bwd`` times the forward call and the gradients together. TFLOP/s use the FLOPs of the mode
-(``analysis.flops.attention_flops``); peak memory is that of one call of the timed callable.
+(``analysis.core.flops.attention_flops``); peak memory is that of one call of the timed callable.
 
 Correctness gates speed. The output is compared with a float64 reference on a sample of query rows (the
 first and last ``check_rows // 2`` of batch 0, every head); in the gradient modes dq, dk and dv of the

@@ -29,9 +29,9 @@ only), bounded by the same reference in the input dtype; the stage rows are gate
 (that output is compared the same way); grouped GEMMs are gated on sampled rows against float64 products.
 A failed gate is a ``mismatch`` row, never timed.
 
-Metrics: TFLOP/s from ``analysis.flops.moe_ffn_flops`` (layers, the gemm stage) or ``gemm_flops`` (grouped
+Metrics: TFLOP/s from ``analysis.core.flops.moe_ffn_flops`` (layers, the gemm stage) or ``gemm_flops`` (grouped
 GEMM); ``model_bytes`` the expert weights touched (experts with at least one token, each read once,
-``analysis.models.moe_expert_weight_bytes``; dense-ffn: its weights; gather-moe: the gathered bytes written
+``analysis.core.models.moe_expert_weight_bytes``; dense-ffn: its weights; gather-moe: the gathered bytes written
 and read), ``gbps`` those per median time: the bandwidth view that matters at small token counts.
 """
 

@@ -1,6 +1,6 @@
 """HBM traffic of attention kernels, measured with Nsight Compute: profile, parse, one row per kernel.
 
-The question: do the byte models of ``analysis.models`` describe what the kernels move through DRAM?
+The question: do the byte models of ``analysis.core.models`` describe what the kernels move through DRAM?
 Does standard attention move 8N² + 8Nd bytes (each of its three kernels reading and writing its N×N
 tensor, the model) or 6N² + 8Nd (an article's count)? Does a FlashAttention kernel's traffic grow like
 O(N) (the compulsory 4Nd: Q, K, V read once, O written once) or like N²d²/M (K and V re-read for every
@@ -24,7 +24,7 @@ Method, per planned point (an implementation at one shape, and for our kernel on
    own output skipped; "Mbyte"/"usecond" style units converted to bytes and ns; ncu's decimal prefixes are
    powers of 1000; thousands separators removed). ``split_points`` cuts the kernel stream at the markers,
    and the i-th marked point of the sidecar gets the i-th segment: one row per kernel, markers dropped.
-4. Each row gets the models' prediction for its point (``model_bytes`` etc., from ``analysis.models``)
+4. Each row gets the models' prediction for its point (``model_bytes`` etc., from ``analysis.core.models``)
    and the provenance of the run.
 
 What the counters do and do not see. ncu's default cache control flushes every cache before each

@@ -21,7 +21,7 @@ bounded by the same product in the input precision (``kernels.tolerance``): a fa
 ``mismatch`` row, never timed. ``quant_err`` is the relative RMS error of a quantised layer's output
 against the float64 product with the *unquantised* weight: the quantisation's own error.
 
-``model_bytes`` is the weight bytes the implementation reads (``analysis.models``; copy-weight: the
+``model_bytes`` is the weight bytes the implementation reads (``analysis.core.models``; copy-weight: the
 packed codes read and written), ``gbps`` those bytes per median time; TFLOP/s count 2·M·N·K.
 """
 
