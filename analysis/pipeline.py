@@ -65,6 +65,16 @@ def record_environment(
     return env
 
 
+def preload_family(family: str) -> None:
+    """Import ``family``'s measuring code (torch, Triton, its kernels) without starting CUDA, so that a job can
+    do it before it is given its GPU (``CUDA_VISIBLE_DEVICES`` is read when CUDA starts). Raises
+    ``RuntimeError`` if an import started CUDA: the GPU the job is then given would not be the one it uses."""
+    registry.family(family).run()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise RuntimeError(f"importing the {family} family's measuring code started CUDA; it must not")
+
+
 def run_shard(family: str, fields: dict, out_csv: str | Path, *, env_json: str | Path | None = None,
               files: str | Path | None = None, check: bool = False) -> pd.DataFrame:  # fmt: skip
     """Measure one shard of ``family`` and write its rows to ``out_csv`` (a CSV of the family's table).

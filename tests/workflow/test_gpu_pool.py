@@ -183,7 +183,9 @@ def test_every_gpu_job_claims_its_device_before_it_works(script):
     claim_at = next(i for i, line in enumerate(lines) if "_gpu_pool.claim(snakemake)" in line)
     work_at = next(i for i, line in enumerate(lines) if line.startswith(("run_", "record_environment(")))
     assert claim_at < work_at
-    assert not any("torch" in line for line in lines[:claim_at])
+    # nothing before the claim touches torch directly; the benchmark preloads its family's code there, which
+    # test_families_preload_without_starting_cuda checks starts no CUDA
+    assert not any("torch" in line.split("#")[0] for line in lines[:claim_at])
 
 
 def test_gpu_rules_request_one_gpu_and_only_the_slurm_profile_sets_it_to_zero():
@@ -196,3 +198,36 @@ def test_gpu_rules_request_one_gpu_and_only_the_slurm_profile_sets_it_to_zero():
         assert "gpu=1" not in (ROOT / "workflow" / "profiles" / profile / "config.yaml").read_text()
     slurm = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     assert {rule for rule, res in slurm["set-resources"].items() if res.get("gpu") == 0} == gpu_rules
+
+
+def test_families_preload_without_starting_cuda():
+    """A benchmark job imports its family's measuring code before it takes a GPU from the pool: no import may
+    start CUDA (CUDA_VISIBLE_DEVICES, set when the GPU is taken, is read when CUDA starts). In a fresh
+    interpreter whose CUDA start raises, every family preloads."""
+    script = (
+        "import torch\n"
+        "def refuse(*a, **k):\n"
+        "    raise AssertionError('CUDA started during an import')\n"
+        "torch.cuda._lazy_init = refuse\n"
+        "torch.cuda.init = refuse\n"
+        "from analysis import registry\n"
+        "from analysis.pipeline import preload_family\n"
+        "for name in registry.FAMILIES:\n"
+        "    preload_family(name)\n"
+        "print('preloaded', len(registry.FAMILIES))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().startswith("preloaded")
+
+
+def test_preload_refuses_a_family_whose_import_started_cuda(monkeypatch):
+    import torch
+
+    from analysis.pipeline import preload_family
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="started CUDA"):
+        preload_family("moe")
