@@ -72,14 +72,14 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     planned = _shards()
-    assert counts["benchmark"] == sum(map(len, planned.values())) == 44
+    assert counts["benchmark"] == sum(map(len, planned.values())) == 45
     for family, shards in planned.items():
         assert _planned_shards(r.stdout, family) == set(shards), family
     shards = planned["attention"]
     per_experiment = Counter(f["experiment"] for f in [*shards.values(), *planned["fp8"].values()])
     assert per_experiment == {"fa2-setting": 12, "fa1-setting": 1, "gain-surface": 4, "block-sweep": 1,
                               "rescale-ablation": 1, "memory": 2, "decode": 2, "varlen": 2, "fp8-speed": 2,
-                              "fp8-accuracy": 8, "fa3-ablation": 1}  # fmt: skip
+                              "fp8-accuracy": 8, "fa3-ablation": 1, "fp8-ablation": 1}  # fmt: skip
     # the forward shards keep the names they had before modes existed (their results are reused)
     assert {"fa2-setting_float16_d128_full", "memory_float16_d128_full"} <= set(shards)
     assert {"fa2-setting_bfloat16_d128_causal_bwd", "memory_float16_d128_full_fwdbwd",
@@ -102,12 +102,14 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     planned = _shards(full)
     shards = {**planned["attention"], **planned["fp8"]}
-    assert len(shards) == 87
+    assert len(shards) == 93
     assert job_counts(r.stdout)["benchmark"] == sum(map(len, planned.values()))
     assert _planned_shards(r.stdout, "attention") | _planned_shards(r.stdout, "fp8") == set(shards)
     assert "decode_float16_d128_full_hkv16_q16" in shards and "fa1-setting_float16_d64_full" in shards
     fp8_speed = [f for f in shards.values() if f["experiment"] == "fp8-speed"]
     assert len(fp8_speed) == 6 and {f["head_dim"] for f in fp8_speed} == {64, 128, 256}
+    fp8_ablation = [f for f in shards.values() if f["experiment"] == "fp8-ablation"]
+    assert len(fp8_ablation) == 6 and {f["head_dim"] for f in fp8_ablation} == {64, 128, 256}
 
 
 def test_default_budget_is_the_one_quoted_in_the_config():

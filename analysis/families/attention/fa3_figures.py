@@ -90,21 +90,22 @@ def fa3_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     variant with one technique switched off, beside our FA-2 and cuDNN, one panel per (head dim, mask, N);
     each bar is labelled with its change against the full schedule at the same point."""
     order = ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"]
-    table = ablation_bars(prepare(df, "fa3-ablation"), out_png, FA3, order, ABLATION_LABELS,
+    table = ablation_bars(df, out_png, "fa3-ablation", FA3, order, ABLATION_LABELS,
                           "FlashAttention-3 ablation: each technique off in turn")  # fmt: skip
     return table.rename(columns={"full_tflops": "fa3_tflops"})
 
 
-def ablation_bars(d: pd.DataFrame, out_png, full: str, order: list[str], labels: dict[str, str], heading: str,
-                  ) -> pd.DataFrame:  # fmt: skip
-    """An ablation's bars (the rows ``d`` of one experiment, ``prepare``d): forward TFLOP/s of ``full`` and of
-    every other implementation of ``order`` present, one panel per (dtype, head dim, mask, N), each bar
-    labelled with its change against ``full`` at the same point (column ``change_pct``; ``full_tflops``)."""
+def ablation_bars(df: pd.DataFrame, out_png, experiment: str, full: str, order: list[str], labels: dict[str, str],
+                  heading: str) -> pd.DataFrame:  # fmt: skip
+    """An ablation's bars (the rows of ``experiment``): forward TFLOP/s of ``full`` and of every other
+    implementation of ``order`` present, one panel per (dtype, head dim, mask, N), each bar labelled with its
+    change against ``full`` at the same point (column ``change_pct``; ``full_tflops``)."""
+    d = prepare(df, experiment)
     ok = ok_timed(d).dropna(subset=["tflops"])
     keys = ["dtype", "head_dim", "causal", "seqlen_q", "batch", "heads"]
     ref = ok[ok["impl"] == full][keys + ["tflops"]].rename(columns={"tflops": "full_tflops"})
     ok = ok.merge(ref, on=keys, how="inner")
-    require(ok, f"no ok timed rows of {d['experiment'].iloc[0]!r} with {full}" if len(d) else "no rows")
+    require(ok, f"no ok timed rows of {experiment!r} with {full}")
     ok = ok.assign(change_pct=100 * (ok["tflops"] / ok["full_tflops"] - 1))
     order = [i for i in order if i in set(ok["impl"])]
     panels = ok[keys[:4]].drop_duplicates().sort_values(["head_dim", "causal", "seqlen_q"])

@@ -153,7 +153,7 @@ def fp8_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     bf16 FA-3 (and its variants, where measured) on the same inputs; each bar labelled with its change
     against the full FP8 kernel at the same point."""
     bf16 = ["ours-fa3"] + [f"ours-fa3-{s}" for s in ("no-pingpong", "no-overlap", "no-tma", "no-warp-specialize")]
-    return ablation_bars(prepare(df, "fp8-ablation"), out_png, FP8_FULL,
+    return ablation_bars(df, out_png, "fp8-ablation", FP8_FULL,
                          FP8_ABLATION_ORDER + bf16 + ["ours-fa2", "sdpa-cudnn"], FP8_ABLATION_LABELS,
                          "FA-3 ablation in FP8 (e4m3): one technique off at a time")  # fmt: skip
 
