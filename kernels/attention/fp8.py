@@ -486,6 +486,9 @@ def blocks(kernel: str, head_dim: int, config=None) -> tuple[int, int]:
     return cfg.block_m, cfg.block_n
 
 
+_blocks_of = blocks  # for quantize_qkv, whose argument of that name hides the function
+
+
 def _check_values(check: bool | None, device: torch.device) -> bool:
     """Whether to read the scales back: as asked, or (None) unless a CUDA graph is being captured, where a
     read-back would break the capture."""
@@ -661,16 +664,13 @@ def quantize_qkv(q, k, v, granularity: str, config=None, *, blocks: tuple[int, i
     accumulation). ``check_finite``: raise ``ValueError`` for NaN or Inf inputs (reads a count back: one
     synchronisation); otherwise they give non-finite scales, and so non-finite outputs."""
     d = q.shape[-1]
-    if blocks is None:
-        blocks = globals()["blocks"]("fa3" if isinstance(config, fa3.FA3Config) else "triton", d, config)
-    qb, kvb = blocks
+    qb, kvb = blocks or _blocks_of("fa3" if isinstance(config, fa3.FA3Config) else "triton", d, config)
     if rotate:
         m = _rotation_on(d, seed, q.device, q.dtype if q.dtype in OUT_DTYPES else torch.float32)
         q, k = q @ m, k @ m
-    one = dict(block=None) if granularity != "block" else {}
-    parts = [fp8_quant.quantize(q, granularity, **(one or {"block": qb})),
-             fp8_quant.quantize(k, granularity, **(one or {"block": kvb})),
-             fp8_quant.quantize(v, granularity, **(one or {"block": kvb}), transpose=True)]  # fmt: skip
+    # (the block rows matter to the "block" granularity only; the others ignore them)
+    parts = [fp8_quant.quantize(q, granularity, qb), fp8_quant.quantize(k, granularity, kvb),
+             fp8_quant.quantize(v, granularity, kvb, transpose=True)]  # fmt: skip
     if check_finite:
         for name, part in zip(("q", "k", "v"), parts, strict=True):
             part.check(name)

@@ -12,7 +12,7 @@ import seaborn as sns
 
 from analysis.core.family import Figure
 from analysis.core.plotting import DTYPE_ORDER, OURS, fmt_n, impl_order, line_style, log2_x, require, theme
-from analysis.families.attention.fa3_figures import ABLATION_LABELS, ablation_bars
+from analysis.families.attention.fa3_figures import ABLATION_LABELS, ABLATION_ORDER, ablation_bars
 from analysis.families.attention.plots import (
     ID,
     failed,
@@ -137,8 +137,8 @@ def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
 
 
 FP8_FULL = "ours-fp8-block"
-FP8_ABLATION_ORDER = [FP8_FULL] + [f"{FP8_FULL}-{s}" for s in ("no-pingpong", "no-overlap", "no-tma",
-                                                              "no-warp-specialize")]  # fmt: skip
+# the bf16 ablation's order, its implementations renamed to the FP8 kernel's
+FP8_ABLATION_ORDER = [FP8_FULL] + [f"{FP8_FULL}-{impl.removeprefix('ours-fa3-')}" for impl in ABLATION_ORDER[1:]]
 FP8_ABLATION_LABELS = {
     FP8_FULL: "FP8 FA-3 (all on)",
     **{f"{FP8_FULL}-{impl.removeprefix('ours-fa3-')}": f"FP8, {text}" for impl, text in ABLATION_LABELS.items()
@@ -152,9 +152,8 @@ def fp8_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     scales, inputs quantised before timing) and of each variant with one technique switched off, beside our
     bf16 FA-3 (and its variants, where measured) on the same inputs; each bar labelled with its change
     against the full FP8 kernel at the same point."""
-    bf16 = ["ours-fa3"] + [f"ours-fa3-{s}" for s in ("no-pingpong", "no-overlap", "no-tma", "no-warp-specialize")]
     return ablation_bars(df, out_png, "fp8-ablation", FP8_FULL,
-                         FP8_ABLATION_ORDER + bf16 + ["ours-fa2", "sdpa-cudnn"], FP8_ABLATION_LABELS,
+                         FP8_ABLATION_ORDER + ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"], FP8_ABLATION_LABELS,
                          "FA-3 ablation in FP8 (e4m3): one technique off at a time")  # fmt: skip
 
 
