@@ -12,7 +12,8 @@ sequence length (TMA zero-fills rows past the end, which are then masked); group
 heads; any strides (tensors whose strides TMA cannot describe are copied to contiguous ones first).
 Returns O and the logsumexp as ``fa2.forward`` does; ``attention`` is differentiable through FA-2's
 backward. Does not handle: other head dims or float32 (``fa2`` does), GPUs other than sm_90, Triton's
-interpreter (Gluon does not run there), dropout, varlen, an FP8 path (``fp8.py``).
+interpreter (Gluon does not run there), dropout, varlen. FP8 (``forward_fp8``, called by ``fp8.py``): the
+same kernel on e4m3 Q, K and V, V in a layout of its own (``FP8Values``).
 
 Tested: compiled for sm_90 on the CPU for every head dim and schedule, with the SASS checked for the
 design's instructions (tests/kernels/test_fa3_compile.py); on an H200 against float64 on odd shapes,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import typing
 
 import torch
 import triton
@@ -41,6 +43,10 @@ __all__ = [
     "attention",
     "forward",
     "forward_fp8",
+    "FP8Values",
+    "fp8_values",
+    "fp8_key_slots",
+    "FP8_KEY_GROUP",
     "scale_strides",
     "default_config",
     "last_config",
@@ -337,7 +343,7 @@ def forward(
 def _launch(q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_scale=1.0, q_block=None,
             kv_block=None) -> None:  # fmt: skip
     """The kernel on checked inputs. ``fp8``: None (16-bit), or ``(q_scale, k_scale, v_scale)`` with e4m3 q, k
-    and ``v`` the transposed ``[B, H_kv, d, Nk]`` value tensor."""
+    and ``v`` the data of ``FP8Values``."""
     from kernels.attention.fa3_kernels import _fa3_fwd_kernel
 
     b, h, seqlen_q, d = q.shape
@@ -367,10 +373,64 @@ def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
     return (tuple(scale.stride()) + (0, 0, 0))[:3] if scale.dim() else (0, 0, 0)
 
 
+# FP8's V layout. P's fp32 registers (wgmma accumulator layout: thread t of a quad holds columns 2t, 2t+1
+# of every 8) become the e4m3 A operand of P V (thread t must hold 4 consecutive k of every 16) without
+# moving a value between threads if the keys of every group of 32 are taken in another order: P's column
+# c = 16·a1 + 8·a0 + 2·t + b is the product's k = 16·a1 + 4·t + 2·a0 + b. V's keys are stored in that order
+# (``fp8_key_slots``), so the product is unchanged. The kernel reinterprets P's registers that way
+# (``fa3_kernels._p_fp8``); the fused quantiser writes V so (``fp8_quant.quantize(..., interleave=True)``).
+FP8_KEY_GROUP = 32
+
+
+def fp8_key_slots(n: int, device=None) -> torch.Tensor:
+    """The column of each of ``n`` keys in the FP8 kernel's V layout (int64, a permutation within every
+    ``FP8_KEY_GROUP`` keys)."""
+    key = torch.arange(n, device=device)
+    w = key % FP8_KEY_GROUP
+    return key - w + (w & 16) + ((w >> 1) & 3) * 4 + ((w >> 3) & 1) * 2 + (w & 1)
+
+
+class FP8Values(typing.NamedTuple):
+    """V in the FP8 kernel's layout: ``data`` ``[B, H_kv, d, N']`` float8_e4m3fn, keys contiguous, N' = the
+    ``seqlen`` keys rounded up to ``FP8_KEY_GROUP`` with zeros, key n at column ``fp8_key_slots(N')[n]``.
+    Made by ``fp8_values`` (a copy) or by the fused quantiser (``fp8_quant.quantize(..., interleave=True)``)."""
+
+    data: torch.Tensor
+    seqlen: int
+
+    @property
+    def shape(self) -> torch.Size:
+        """The ``[B, H_kv, N, d]`` shape of the V it holds."""
+        b, h, d, _ = self.data.shape
+        return torch.Size((b, h, self.seqlen, d))
+
+    def rows(self) -> torch.Tensor:
+        """V back as a ``[B, H_kv, N, d]`` e4m3 tensor (a copy, in key order)."""
+        slots = fp8_key_slots(self.seqlen, self.data.device)
+        return self.data.view(torch.uint8)[..., slots].transpose(-1, -2).view(self.data.dtype)
+
+
+def fp8_values(v8: torch.Tensor) -> FP8Values:
+    """``v8`` ``[B, H_kv, N, d]`` e4m3 (any strides) copied into the FP8 kernel's layout (``FP8Values``)."""
+    b, h, n, d = v8.shape
+    width = triton.cdiv(n, FP8_KEY_GROUP) * FP8_KEY_GROUP
+    data = torch.zeros((b, h, d, width), device=v8.device, dtype=torch.uint8)
+    data[..., fp8_key_slots(n, v8.device)] = v8.view(torch.uint8).transpose(-1, -2)
+    return FP8Values(data.view(v8.dtype), n)
+
+
+def _check_fp8_values(v: FP8Values, seqlen_k: int) -> None:
+    width = triton.cdiv(seqlen_k, FP8_KEY_GROUP) * FP8_KEY_GROUP
+    data = v.data
+    if v.seqlen != seqlen_k or data.dim() != 4 or data.shape[-1] != width or data.stride(-1) != 1:
+        raise ValueError(f"v is FP8Values of {v.seqlen} keys, data {tuple(data.shape)}: expected {seqlen_k} keys "
+                         f"in a [B, H_kv, d, {width}] tensor with the keys contiguous")  # fmt: skip
+
+
 def forward_fp8(
     q8: torch.Tensor,
     k8: torch.Tensor,
-    vt8: torch.Tensor,
+    v: torch.Tensor | FP8Values,
     q_scale: torch.Tensor,
     k_scale: torch.Tensor,
     v_scale: torch.Tensor,
@@ -386,12 +446,13 @@ def forward_fp8(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The FA-3 kernel on e4m3 inputs: ``(out [B, H, Nq, d] out_dtype, lse [B, H, Nq] float32)``.
 
-    ``q8`` ``[B, H, Nq, d]``, ``k8`` ``[B, H_kv, Nk, d]`` and ``vt8`` ``[B, H_kv, d, Nk]`` (V transposed, keys
-    contiguous) are float8_e4m3fn; the descales are float32 of shape () (per tensor), (B, H) / (B, H_kv) (per
-    head) or (B, H, ⌈Nq / q_block⌉) / (B, H_kv, ⌈Nk / kv_block⌉) (per block; ``q_block`` a multiple of 64, the
-    rows of a consumer warpgroup, ``kv_block`` a multiple of the K/V tile; defaults: 64 and the tile). The
-    arguments are checked by ``kernels.attention.fp8`` (which calls this); here only what the kernel itself
-    needs: Hopper, a supported head dim, the blocks against the tiles.
+    ``q8`` ``[B, H, Nq, d]`` and ``k8`` ``[B, H_kv, Nk, d]`` are float8_e4m3fn; ``v`` is V in the kernel's
+    layout (``FP8Values``), or a ``[B, H_kv, Nk, d]`` e4m3 tensor, then copied into it (``fp8_values``). The
+    descales are float32 of shape () (per tensor), (B, H) / (B, H_kv) (per head) or (B, H, ⌈Nq / q_block⌉) /
+    (B, H_kv, ⌈Nk / kv_block⌉) (per block; ``q_block`` a multiple of 64, the rows of a consumer warpgroup,
+    ``kv_block`` a multiple of the K/V tile; defaults: 64 and the tile). The arguments are checked by
+    ``kernels.attention.fp8`` (which calls this); here only what the kernel itself needs: Hopper, a supported
+    head dim, the blocks against the tiles, V's layout.
     """
     schedule = schedule_of(schedule)
     check_flag("causal", causal)
@@ -408,29 +469,19 @@ def forward_fp8(
         raise ValueError(f"q_block={q_block} must be a multiple of {_ROWS_PER_CONSUMER} for the FA-3 kernel")
     if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % config.block_n:
         raise ValueError(f"kv_block={kv_block} must be a multiple of the FA-3 kernel's BLOCK_N={config.block_n}")
+    if config.block_n % FP8_KEY_GROUP:
+        raise ValueError(f"FP8 needs BLOCK_N a multiple of {FP8_KEY_GROUP} (its V layout), got {config.block_n}")
     _LAST_CONFIG[0] = (config, schedule)
     out = torch.empty((b, h, seqlen_q, d), device=q8.device, dtype=out_dtype)
     lse = torch.empty((b, h, seqlen_q), device=q8.device, dtype=torch.float32)
     if out.numel() == 0 or seqlen_k == 0:
         lse.fill_(float("-inf"))
         return out.zero_(), lse
-    vt8 = _keys_aligned(vt8, schedule.tma)
-    _launch(q8, k8, vt8, out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale, config=config,
+    v = v if isinstance(v, FP8Values) else fp8_values(v)
+    _check_fp8_values(v, seqlen_k)
+    _launch(q8, k8, v.data, out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale, config=config,
             schedule=schedule, p_scale=p_scale, q_block=q_block, kv_block=kv_block)  # fmt: skip
     return out, lse
-
-
-def _keys_aligned(vt: torch.Tensor, tma: bool) -> torch.Tensor:
-    """``vt`` ``[B, H, d, N]`` itself if the kernel can read it, else a copy whose rows start 16 bytes apart
-    (keys padded with zeros to a multiple of 16 e4m3 values), viewed back to N keys. TMA reads N keys and
-    fills the rest of a tile with zeros; the per-thread copies (``tma=False``) read 16 keys at a time, so
-    they need the padding to be there and zero unless N is a multiple of 16."""
-    if _tma_strides(vt) is not None and (tma or vt.shape[-1] % 16 == 0):
-        return vt
-    n = vt.shape[-1]
-    padded = torch.zeros((*vt.shape[:-1], triton.cdiv(n, 16) * 16), device=vt.device, dtype=vt.dtype)
-    padded[..., :n] = vt
-    return padded[..., :n]
 
 
 class _FlashAttention3(torch.autograd.Function):

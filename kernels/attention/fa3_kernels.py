@@ -15,10 +15,14 @@ passes the turn), so that one warpgroup's softmax runs while the other's GEMMs o
 
 FP8 (``IS_FP8``, ``kernels.attention.fp8``): Q, K, V in e4m3 with fp32 descale factors (per tensor, head
 or block: one per 64 query rows, one per K/V tile), both products on e4m3 WGMMA. V comes transposed
-(``[B, H_kv, d, N]``, keys contiguous: FP8 WGMMA reads its B operand K-major only), P is multiplied by
-``2^P_SHIFT`` (FP8's P scale, folded into the exponent) before its conversion to e4m3, and a per-tile V
-scale is folded into the rescaling of O (O is kept in units of the last tile's V scale), so the P V product
-still accumulates in place.
+(``[B, H_kv, d, N']``, keys contiguous: FP8 WGMMA reads its B operand K-major only) with the keys of every
+32 in the order of P's registers (``fa3.FP8Values``), so P goes from the accumulator to the A operand of
+P V without moving between threads (``_p_fp8``). P stays fp32 until just before that product, where two
+``cvt.rn.satfinite.e4m3x2`` pack each 4 values into one register: an e4m3 tensor carried across the loop
+would live in byte-sized registers and be re-packed every tile. P is multiplied by ``2^P_SHIFT`` (FP8's P
+scale, folded into the exponent) before its conversion, a per-tile V scale is folded into the rescaling of
+O (O is kept in units of the last tile's V scale), so the P V product still accumulates in place, and each
+tile's descales are loaded a tile ahead.
 
 Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
 """
@@ -35,6 +39,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 _LN2 = gl.constexpr(0.6931471805599453)
+# four fp32 values into one register of four e4m3 (saturating round-to-nearest-even, as the 16-bit path's cast)
+_E4M3X4 = gl.constexpr(
+    "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
+    "mov.b32 $0, {lo, hi}; }"
+)
 
 
 @gluon.constexpr_function
@@ -80,8 +89,8 @@ def _cp_async_tile(dst, base, row0, col0, nrows, ncols, stride_row, CHUNK: gl.co
                    COL_GRAIN: gl.constexpr = 1):  # fmt: skip
     """Per-thread asynchronous copies of the (ROWS, COLS) tile at (row0, col0) of a row-major matrix into
     ``dst``, CHUNK rows at a time (few live addresses per thread); rows at or past ``nrows`` and columns at or
-    past ``ncols`` rounded up to COL_GRAIN are zero-filled. A COL_GRAIN of 16 bytes keeps the copies 16 bytes
-    wide when the columns are the contiguous axis (the caller guarantees the rounded-up columns are
+    past ``ncols`` rounded up to COL_GRAIN are zero-filled. A COL_GRAIN of at least 16 bytes keeps the copies
+    16 bytes wide when the columns are the contiguous axis (the caller guarantees the rounded-up columns are
     allocated and finite)."""
     ROWS: gl.constexpr = dst.shape[0]
     COLS: gl.constexpr = dst.shape[1]
@@ -158,19 +167,47 @@ def _softmax_step(s, m_i, l_i, scale, P_SHIFT: gl.constexpr):
 
 @gluon.jit
 def _p_operand(p, like):
-    """P as the A operand of P V, of ``like``'s type and layout (FP8: e4m3 by the hardware's saturating
-    round-to-nearest-even; P already carries its scale)."""
-    return gl.convert_layout(p.to(like.dtype), like.type.layout)
+    """P as the A operand of P V, of ``like``'s type and layout (16-bit); FP8 keeps P in fp32 until
+    ``_p_fp8`` converts it right before its product."""
+    if like.dtype.primitive_bitwidth == 8:
+        return p
+    else:
+        return gl.convert_layout(p.to(like.dtype), like.type.layout)
 
 
 @gluon.jit
-def _tile_scale(ptr, j, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl.constexpr, IS_FP8: gl.constexpr):
-    """The descale factor of K/V tile j (its block of KV_BLOCK keys; stride 0 unless per block); 1 without
-    FP8."""
+def _p_fp8(p, layout: gl.constexpr):
+    """fp32 P (wgmma accumulator layout) as the e4m3 A operand (``layout``) of P V with V in ``FP8Values``'
+    key order: the column c = 16·a1 + 8·a0 + 2·t + b of every 32 becomes k = 16·a1 + 4·t + 2·a0 + b, which
+    leaves every value in its thread (the layout conversion is asserted to move nothing), then 4 values per
+    register, rounded to nearest even and saturated."""
+    M: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    q = gl.reshape(p, [M, N // 32, 2, 2, 4, 2])  # (row, group, a1, a0, t, b)
+    q = gl.permute(q, [0, 1, 2, 4, 3, 5])  # (row, group, a1, t, a0, b)
+    q = gl.reshape(q, [M, N])
+    q = gl.convert_layout(q, layout, assert_trivial=True)
+    return gl.inline_asm_elementwise(_E4M3X4, "=r,r,r,r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _pv_a(p, p_layout: gl.constexpr, IS_FP8: gl.constexpr):
+    """The A operand of P V from the P the loop carries (already the operand with 16 bits)."""
     if IS_FP8:
-        return gl.load(ptr + (j * BLOCK_N // KV_BLOCK) * stride_blk)
+        return _p_fp8(p, p_layout)
     else:
-        return 1.0
+        return p
+
+
+@gluon.jit
+def _tile_scale(ptr, j, n_tiles, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl.constexpr,
+                IS_FP8: gl.constexpr):  # fmt: skip
+    """The descale factor of K/V tile j (its block of KV_BLOCK keys; stride 0 unless per block), 1 for j past
+    the last tile; 1 without FP8."""
+    if IS_FP8:
+        return gl.load(ptr + (j * BLOCK_N // KV_BLOCK) * stride_blk, mask=j < n_tiles, other=1.0)
+    else:
+        return gl.to_tensor(1.0)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -218,9 +255,9 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
         mbarrier.wait(v_empty.index(slot), phase ^ 1)
         if USE_TMA:
             _tma_v(v_desc, b, h_kv, j, v_ready.index(slot), v_smem.index(slot), V_T)
-        elif V_T:
+        elif V_T:  # FP8's V: the keys rounded up to its layout's groups of 32, whose padding is zeros
             _cp_async_tile(v_smem.index(slot), v_ptr, 0, j * BLOCK_N, HEAD_DIM, seqlen_k, stride_vn, 32, v_layout,
-                           16)
+                           32)
             async_copy.mbarrier_arrive(v_ready.index(slot), increment_count=False)
         else:
             _cp_async_tile(v_smem.index(slot), v_ptr, j * BLOCK_N, 0, seqlen_k, HEAD_DIM, stride_vn, 32, v_layout)
@@ -238,7 +275,7 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     wgmma groups complete in issue order, so waiting for all but one group waits for S_j alone (OVERLAP):
     the exponentials of tile j run while the tensor cores finish P_{j-1} V_{j-1}, and P_j is converted
     to the operand type into registers of its own before that product is waited for."""
-    m_i, l_i, acc, p, alpha, vs_prev, turn_phase = state
+    m_i, l_i, acc, p, alpha, vs_prev, turn_phase, k_scale, v_scale = state
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_smem, v_smem, o_smem = smem
     q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
@@ -248,10 +285,10 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     V_T: gl.constexpr = IS_FP8
     s_layout: gl.constexpr = _mma_layout(gl.num_warps(), BLOCK_N, k_smem.dtype.primitive_bitwidth)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout,
+                                                 k_width=32 // k_smem.dtype.primitive_bitwidth)  # fmt: skip
     slot = j % STAGES
     prev = (j - 1) % STAGES
-    k_scale = _tile_scale(ks_ptr, j, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
-    v_scale = _tile_scale(vs_ptr, j - 1, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
     mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
     if PINGPONG:
         mbarrier.wait(turn.index(C), turn_phase)
@@ -260,9 +297,12 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     # O is kept in units of the last V tile's scale: the factor carries the change of scale too
     acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
     mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-    acc = warpgroup_mma(p, _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
+    acc = warpgroup_mma(_pv_a(p, p_layout, IS_FP8), _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - C))
+    # the next tile's descales, a tile ahead: their loads' latency hides behind this tile's softmax
+    k_next = _tile_scale(ks_ptr, j + 1, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
+    v_next = _tile_scale(vs_ptr, j, n_tiles, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
     if OVERLAP:
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
     elif IS_FP8:  # (the wait's lowering keeps 16- and 32-bit values alive, not e4m3 ones: ptxas guards P's)
@@ -285,7 +325,7 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
         ahead = j - 1 + STAGES
         _tma_tile(k_desc, b, h_kv, ahead * BLOCK_N, k_ready.index(prev), k_smem.index(prev), pred=ahead < n_tiles)
         _tma_v(v_desc, b, h_kv, ahead, v_ready.index(prev), v_smem.index(prev), V_T, pred=ahead < n_tiles)
-    return m_i, l_i, acc, p_next, alpha, v_scale, turn_phase
+    return m_i, l_i, acc, p_next, alpha, v_scale, turn_phase, k_next, v_next
 
 
 @gluon.jit
@@ -337,14 +377,17 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([ROWS], gl.float32, row_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-    p = gl.zeros([ROWS, BLOCK_N], dtype, p_layout)
+    if IS_FP8:
+        p = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    else:
+        p = gl.zeros([ROWS, BLOCK_N], dtype, p_layout)
     alpha = gl.zeros([ROWS], gl.float32, row_layout)  # the factor O still owes the last softmax step
     vs_prev = gl.to_tensor(1.0)  # the V scale O is in units of (FP8; O is still 0 before the first tile)
     turn_phase = gl.to_tensor(1 - C)  # consumer 0 takes the first turn: a fresh mbarrier lets phase 1 through
 
     # Tile 0: its scores and softmax, no P V product yet.
     if n_tiles > 0:
-        k_scale = _tile_scale(ks_ptr, 0, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
+        k_scale = _tile_scale(ks_ptr, 0, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
         mbarrier.wait(k_ready.index(0), 0)
         if PINGPONG:
             mbarrier.wait(turn.index(C), turn_phase)
@@ -361,7 +404,9 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
         p = _p_operand(p_new, p)
 
     # Tiles 1 … n_full-1 need no mask, the rest (the causal diagonal, the sequence's end) do.
-    state = (m_i, l_i, acc, p, alpha, vs_prev, turn_phase)
+    k_next = _tile_scale(ks_ptr, 1, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
+    v_next = _tile_scale(vs_ptr, 0, n_tiles, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
+    state = (m_i, l_i, acc, p, alpha, vs_prev, turn_phase, k_next, v_next)
     for j in range(1, n_full):
         state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
                                causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, False,
@@ -370,17 +415,16 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
         state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
                                causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, True,
                                IS_FP8, P_SHIFT, KV_BLOCK)  # fmt: skip
-    m_i, l_i, acc, p, alpha, vs_prev, turn_phase = state
+    m_i, l_i, acc, p, alpha, vs_prev, turn_phase, _, v_scale = state  # v_scale: the last tile's
 
     # The last P V product.
     if n_tiles > 0:
         last = (n_tiles - 1) % STAGES
-        v_scale = _tile_scale(vs_ptr, n_tiles - 1, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
         if PINGPONG:
             mbarrier.wait(turn.index(C), turn_phase)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
-        acc = warpgroup_mma(p, _v_operand(v_smem.index(last), V_T), acc, is_async=True)
+        acc = warpgroup_mma(_pv_a(p, p_layout, IS_FP8), _v_operand(v_smem.index(last), V_T), acc, is_async=True)
         if PINGPONG:
             mbarrier.arrive(turn.index(1 - C))
         if IS_FP8:

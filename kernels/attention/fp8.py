@@ -538,14 +538,18 @@ def forward_quantized(
             ``"triton"``; schedule: the FA-3 kernel's (``fa3.SCHEDULES``: the ablation's variants).
 
     Speed: FP8 wgmma needs its B operand K-major, so for P·V both kernels want V with the sequence axis
-    contiguous: ``v8`` as the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk]`` tensor (``quantize_qkv``
-    makes it so). Otherwise FA-3 copies V transposed first, and the Triton kernel transposes each tile in
-    shared memory.
+    contiguous. The FA-3 kernel reads V in a layout of its own, ``fa3.FP8Values`` (``v8`` may be one:
+    ``quantize_qkv(..., fa3_layout=True)`` or ``fa3.fp8_values``); a ``[B, H_kv, Nk, d]`` tensor is copied
+    into it first. The Triton kernel wants ``v8`` as the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk]``
+    tensor (``quantize_qkv`` makes it so); otherwise it transposes each tile in shared memory.
 
     Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
     shapes, scales, block sizes, kernels or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
     """
     causal = check_flag("causal", causal)
+    fa3_values = v8 if isinstance(v8, fa3.FP8Values) else None
+    if fa3_values is not None:  # checked as the [B, H_kv, Nk, d] view it stands for (values not read)
+        v8 = fa3_values.data[..., : fa3_values.seqlen].transpose(-1, -2)
     _check_fp8_inputs(q8, k8, v8)
     _check_p_scale(p_scale)
     if out_dtype not in OUT_DTYPES:
@@ -569,8 +573,10 @@ def forward_quantized(
         raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's {kvb} keys per tile")
     if which != "fa3" and fa3.schedule_of(schedule) != fa3.SCHEDULES["fa3"]:
         raise ValueError(f"schedule={schedule!r} switches the FA-3 kernel's techniques; this call runs {which}")
+    if fa3_values is not None and which != "fa3":
+        raise ValueError(f"v8 is fa3.FP8Values, the FA-3 kernel's layout; this call runs {which}: pass V as a tensor")
     if which == "fa3":
-        return fa3.forward_fp8(q8, k8, v8.transpose(-1, -2), q_scale, k_scale, v_scale, causal, sm_scale,
+        return fa3.forward_fp8(q8, k8, fa3_values or v8, q_scale, k_scale, v_scale, causal, sm_scale,
                                q_block=q_block, kv_block=kv_block, out_dtype=out_dtype,
                                config=config if isinstance(config, fa3.FA3Config) else None, schedule=schedule,
                                p_scale=p_scale)[0]  # fmt: skip
@@ -634,7 +640,8 @@ def attention(
                    dtype_note="FP8 attention takes float16 or bfloat16 inputs")  # fmt: skip
     which = "fa3" if isinstance(config, fa3.FA3Config) else kernel_for(q.device, q.shape[3], kernel)
     qb, kvb = blocks(which, q.shape[3], config)
-    q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed)
+    q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed,
+                                          fa3_layout=which == "fa3")  # fmt: skip
     return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=qb, kv_block=kvb, out_dtype=q.dtype,
                              config=config, check_scale_values=False, p_scale=p_scale, kernel=which,
                              schedule=schedule)  # fmt: skip
@@ -653,10 +660,12 @@ def _rotation_on(d: int, seed: int, device: torch.device, dtype: torch.dtype) ->
 
 
 def quantize_qkv(q, k, v, granularity: str, config=None, *, blocks: tuple[int, int] | None = None,
-                 rotate: bool = False, seed: int = 0, check_finite: bool = False):  # fmt: skip
+                 rotate: bool = False, seed: int = 0, check_finite: bool = False,
+                 fa3_layout: bool = False):  # fmt: skip
     """Q, K, V quantised for ``forward_quantized`` by the fused quantiser (``fp8_quant``, no host
     synchronisation): ``(q8, k8, v8, q_scale, k_scale, v_scale)``, V laid out sequence-contiguous (``v8`` is
-    the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk']`` tensor).
+    the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk']`` tensor), or with ``fa3_layout`` written straight
+    into the FA-3 kernel's layout (``v8`` a ``fa3.FP8Values``).
 
     The per-block scales' rows are ``blocks`` (Q rows, K/V rows), else ``config``'s tiles (an ``FP8Config``
     or an ``fa3.FA3Config``), else the Triton kernel's defaults. ``rotate``: incoherent processing, Q and K
@@ -670,11 +679,13 @@ def quantize_qkv(q, k, v, granularity: str, config=None, *, blocks: tuple[int, i
         q, k = q @ m, k @ m
     # (the block rows matter to the "block" granularity only; the others ignore them)
     parts = [fp8_quant.quantize(q, granularity, qb), fp8_quant.quantize(k, granularity, kvb),
-             fp8_quant.quantize(v, granularity, kvb, transpose=True)]  # fmt: skip
+             fp8_quant.quantize(v, granularity, kvb, transpose=True, interleave=bool(fa3_layout))]  # fmt: skip
     if check_finite:
         for name, part in zip(("q", "k", "v"), parts, strict=True):
             part.check(name)
     (q8, qs, _), (k8, ks, _), (vt8, vs, _) = parts
+    if fa3_layout:
+        return q8, k8, fa3.FP8Values(vt8, v.shape[2]), qs, ks, vs
     return q8, k8, vt8.transpose(-1, -2), qs, ks, vs
 
 

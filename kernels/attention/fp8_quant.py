@@ -114,6 +114,7 @@ def _quantize_kernel(
     heads, seqlen,
     GRANULARITY: tl.constexpr,  # 0 none, 1 tensor, 2 head, 3 block
     TRANSPOSE: tl.constexpr,
+    INTERLEAVE: tl.constexpr,  # (with TRANSPOSE) keys in the FP8 FA-3 kernel's order (fa3.fp8_key_slots)
     HEAD_DIM: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -150,23 +151,43 @@ def _quantize_kernel(
     h = (off_bh % heads).to(tl.int64)
     base = X8 + b * stride_ob + h * stride_oh
     if TRANSPOSE:  # (d, n) tile, n contiguous: coalesced stores of V's transposed rows
-        ptrs = base + cols[:, None].to(tl.int64) * stride_orow + rows[None, :] * stride_ocol
+        slots = rows
+        if INTERLEAVE:  # a permutation within every 32 keys: the same 32-byte segments
+            w = rows % 32
+            slots = rows - w + (w & 16) + ((w >> 1) & 3) * 4 + ((w >> 3) & 1) * 2 + (w & 1)
+        ptrs = base + cols[:, None].to(tl.int64) * stride_orow + slots[None, :] * stride_ocol
         tl.store(ptrs, tl.trans(y), mask=tl.trans(mask))
     else:
         ptrs = base + rows[:, None].to(tl.int64) * stride_orow + cols[None, :] * stride_ocol
         tl.store(ptrs, y, mask=mask)
 
 
+def _num_warps(rows: int, block_d: int) -> int:
+    """Warps per program: about 16 elements a thread, 4 to 16. A program holds its whole tile in registers
+    (a block's amax needs all of it): compiled for sm_90, a 128 × 128 tile with Triton's default 4 warps
+    takes 255 registers a thread and spills (transposed), 16 warps take 128 and do not
+    (tests/kernels/test_fp8_quant.py compiles it)."""
+    return max(4, min(16, rows * block_d // 512))
+
+
 def quantize(
-    x: torch.Tensor, granularity: str = "block", block: int | None = None, *, transpose: bool = False
+    x: torch.Tensor,
+    granularity: str = "block",
+    block: int | None = None,
+    *,
+    transpose: bool = False,
+    interleave: bool = False,
 ) -> QuantizedFP8:
     """Quantise ``x`` ``[B, H, N, d]`` (float16, bfloat16 or float32, any strides) to e4m3 on its device.
 
     ``scale`` as ``fp8.quantize``: shape () (``"tensor"`` and ``"none"``), (B, H) (``"head"``) or
     (B, H, ⌈N / block⌉) (``"block"``: ``block`` rows per scale, a power of two from 16 to 256). ``x8``:
     contiguous ``[B, H, N, d]``, or with ``transpose`` the ``[B, H, d, N]`` view of a ``[B, H, d, N']`` tensor
-    (keys contiguous, rows 16-byte aligned). Returns ``QuantizedFP8(x8, scale, nonfinite)``; nothing is read
-    back (see the module docstring for non-finite inputs). Raises for bad arguments, naming them.
+    (keys contiguous, rows 16-byte aligned). ``interleave`` (with ``transpose``): the layout of V for the
+    FP8 FA-3 kernel instead (``fa3.FP8Values``): ``x8`` is the whole ``[B, H, d, N']`` tensor, N' = N rounded up
+    to 32 with zeros, key n in column ``fa3.fp8_key_slots(N')[n]``. Returns ``QuantizedFP8(x8, scale,
+    nonfinite)``; nothing is read back (see the module docstring for non-finite inputs). Raises for bad
+    arguments, naming them.
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
@@ -178,35 +199,43 @@ def quantize(
         if isinstance(block, bool) or not isinstance(block, int) or block < 16 or block > 256 or block & (block - 1):
             raise ValueError(f"granularity 'block' needs a block size that is a power of two from 16 to 256, "
                              f"got {block!r}")  # fmt: skip
+    if interleave and not transpose:
+        raise ValueError("interleave=True is a layout of the transposed tensor: it needs transpose=True")
     b, h, n, d = x.shape
     rows = block if granularity == "block" else _ROWS
     nblk = triton.cdiv(n, rows)
     device = x.device
     store_dtype = torch.float32 if INTERPRET else torch.float8_e4m3fn
     if transpose:
-        n_pad = triton.cdiv(n, 16) * 16
-        x8 = torch.empty((b, h, d, n_pad), device=device, dtype=store_dtype)
+        n_pad = triton.cdiv(n, 32 if interleave else 16) * (32 if interleave else 16)
+        # the interleaved layout's padding is part of it (zeros); the plain one's is never read
+        x8 = (torch.zeros if interleave and n_pad != n else torch.empty)((b, h, d, n_pad), device=device,
+                                                                          dtype=store_dtype)  # fmt: skip
     else:
         x8 = torch.empty((b, h, n, d), device=device, dtype=store_dtype)
     groups = {"none": 1, "tensor": 1, "head": b * h, "block": b * h * nblk}[granularity]
-    scale = torch.ones(groups, device=device, dtype=torch.float32)
+    # the kernel writes every group's scale (not "none"'s, 1): no fill needed when it runs
+    scale = (torch.empty if x.numel() and granularity != "none" else torch.ones)(groups, device=device,
+                                                                                 dtype=torch.float32)  # fmt: skip
     nonfinite = torch.zeros(1, device=device, dtype=torch.int32)
     if x.numel():
-        amax = torch.zeros(groups if granularity in ("tensor", "head") else 1, device=device, dtype=torch.int32)
         block_d = max(16, triton.next_power_of_2(d))
         grid = (nblk, b * h)
+        warps = _num_warps(rows, block_d)
+        amax = nonfinite  # (not read by the block and "none" granularities)
         with device_guard(x):
             if granularity in ("tensor", "head"):
+                amax = torch.zeros(groups, device=device, dtype=torch.int32)
                 _amax_kernel[grid](x, amax, *x.stride(), h, n, PER_HEAD=granularity == "head", HEAD_DIM=d,
-                                   ROWS=rows, BLOCK_D=block_d)  # fmt: skip
+                                   ROWS=rows, BLOCK_D=block_d, num_warps=warps)  # fmt: skip
             _quantize_kernel[grid](
                 x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n,
-                GRANULARITY=GRANULARITIES.index(granularity), TRANSPOSE=transpose, HEAD_DIM=d, ROWS=rows,
-                BLOCK_D=block_d, EMULATE=INTERPRET,
+                GRANULARITY=GRANULARITIES.index(granularity), TRANSPOSE=transpose, INTERLEAVE=interleave,
+                HEAD_DIM=d, ROWS=rows, BLOCK_D=block_d, EMULATE=INTERPRET, num_warps=warps,
             )  # fmt: skip
     if INTERPRET:  # exactly representable values: torch's cast is exact on them
         x8 = x8.to(torch.float8_e4m3fn)
-    if transpose:
+    if transpose and not interleave:
         x8 = x8[..., :n]
     shape = {"none": (), "tensor": (), "head": (b, h), "block": (b, h, nblk)}[granularity]
     return QuantizedFP8(x8, scale.reshape(shape), nonfinite)

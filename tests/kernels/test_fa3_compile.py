@@ -42,7 +42,8 @@ _SCRIPT = textwrap.dedent(
         loop = code.hot_loop()
         ops = code.opcodes(*loop) if loop else {}
         row.update(head_dim=d, schedule=schedule, causal=causal, fp8=fp8, loop_qgmma=ops.get("QGMMA", 0),
-                   loop_hgmma=ops.get("HGMMA", 0), ptx_mbarrier_waits=ptx.count("mbarrier.try_wait"),
+                   loop_hgmma=ops.get("HGMMA", 0), loop_shfl=ops.get("SHFL", 0), loop_prmt=ops.get("PRMT", 0),
+                   loop_f2fp=ops.get("F2FP", 0), ptx_mbarrier_waits=ptx.count("mbarrier.try_wait"),
                    ptx_wait_one=ptx.count("wgmma.wait_group.sync.aligned 1;"))
         return row
 
@@ -143,3 +144,19 @@ def test_fp8_runs_on_the_fp8_tensor_cores(fp8_variants, head_dim, schedule, caus
         assert r["load_loop_tma"] == 2, r
     else:  # V transposed copied 16 keys (bytes) per copy
         assert r["load_loop_tma"] == 0 and r["load_loop_thread_loads"] > 0, r
+
+
+@pytest.mark.parametrize("head_dim, schedule, causal", FP8_VARIANTS, ids=[f"d{d}-{s}-{'causal' if c else 'full'}"
+                                                                         for d, s, c in FP8_VARIANTS])  # fmt: skip
+def test_fp8_p_reaches_its_product_without_moving(fp8_variants, head_dim, schedule, causal):
+    """P from the S accumulator to the A operand of P V (V in ``fa3.FP8Values``' key order): no value
+    crosses threads (the only shuffles in the loop are the row max and sum over a row's 4 threads: 2 rows ×
+    2 steps × 2), each pair of P converted by one F2FP and each operand register assembled by at most one
+    PRMT (P is BLOCK_N / 2 values a thread, in BLOCK_N / 8 registers of four e4m3)."""
+    from kernels.attention import fa3
+
+    r = fp8_variants[(head_dim, schedule, causal)]
+    block_n = fa3.default_config(head_dim, fp8=True).block_n
+    assert r["loop_shfl"] <= 8, r
+    assert r["loop_f2fp"] == block_n // 4, r
+    assert r["loop_prmt"] <= block_n // 8, r

@@ -360,6 +360,14 @@ def test_v_layouts_agree(kernel, device):
     wide[..., 3:100].copy_(v8t.transpose(-1, -2))
     c = fp8.forward_quantized(q8, k8, wide[..., 3:100].transpose(-1, -2), qs, ks, vs, out_dtype=F16, kernel=kernel)
     assert torch.equal(a, b) and torch.equal(a, c)
+    # the FA-3 kernel's own layout, from the fused quantiser: the same numbers; another kernel refuses it
+    *_, values, _, _, vs2 = fp8.quantize_qkv(q, k, v, "block", blocks=fp8.blocks(kernel, 64), fa3_layout=True)
+    assert torch.equal(values.rows().view(torch.uint8), v8t.contiguous().view(torch.uint8))
+    if kernel == "fa3":
+        assert torch.equal(a, fp8.forward_quantized(q8, k8, values, qs, ks, vs2, out_dtype=F16, kernel=kernel))
+    else:
+        with pytest.raises(ValueError, match="v8 is fa3.FP8Values"):
+            fp8.forward_quantized(q8, k8, values, qs, ks, vs2, out_dtype=F16, kernel=kernel)
 
 
 FA3_SCHEDULE_CASES = [(128, s) for s in ("fa3", "no-warp-specialize", "no-pingpong", "no-overlap", "no-tma")] + [
@@ -380,6 +388,9 @@ def test_fa3_schedules_agree_with_emulation(head_dim, schedule):
     _check_against_emulation(f"fa3 {schedule} d{head_dim}", out, quantised, tiles, True)
     full = fp8.forward_quantized(*quantised, causal=False, kernel="fa3", schedule=schedule)
     _check_against_emulation(f"fa3 {schedule} d{head_dim} full", full, quantised, tiles, False)
+    # V quantised straight into the kernel's layout (1537 keys: padded to 1568 with zeros): the same output
+    fused = fp8.quantize_qkv(q, k, v, "block", blocks=tiles[:2], fa3_layout=True)
+    assert torch.equal(out, fp8.forward_quantized(*fused, causal=True, kernel="fa3", schedule=schedule))
 
 
 def test_unscaled_control_saturates():

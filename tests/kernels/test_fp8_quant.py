@@ -9,11 +9,19 @@ non-finite scales and counts the blocks on the device, and ``check`` raises from
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
+import triton
 from attention_checks import random_tensors
 
-from kernels.attention import fp8, fp8_quant
+from kernels.attention import fa3, fp8, fp8_quant
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
@@ -59,6 +67,38 @@ def test_bit_identical_to_the_torch_quantiser(shape, dtype, granularity, block, 
         assert got.x8.stride(-1) == 1 and got.x8.stride(-2) % 16 == 0 and got.x8.stride(-2) >= shape[2]
     else:
         assert got.x8.is_contiguous()
+
+
+@pytest.mark.parametrize("shape, dtype, granularity, block", CASES)
+def test_fa3_layout_holds_the_same_bytes(shape, dtype, granularity, block, device):
+    """``interleave``: V in the FP8 FA-3 kernel's layout, the same bytes in its key order, zero padding, and
+    what ``fa3.fp8_values`` makes of the plain quantised V."""
+    (x,) = random_tensors([shape], dtype, device, seed=shape[2] + 1)
+    got = fp8_quant.quantize(x, granularity, block, transpose=True, interleave=True)
+    b, h, n, d = shape
+    width = -(-n // 32) * 32
+    assert got.x8.shape == (b, h, d, width) and got.x8.is_contiguous()
+    values = fa3.FP8Values(got.x8, n)
+    _same(f"{shape} {granularity} interleaved", got._replace(x8=values.rows()), x, granularity, block)
+    slots = fa3.fp8_key_slots(width, device)
+    padding = got.x8.view(torch.uint8)[..., slots[n:]]
+    assert not padding.any(), "the keys past N must be stored as zeros"
+    plain = fp8_quant.quantize(x, granularity, block)
+    copied = fa3.fp8_values(plain.x8)
+    assert torch.equal(copied.data.view(torch.uint8), got.x8.view(torch.uint8))
+
+
+def test_fa3_key_slots_keep_every_value_in_its_thread():
+    """The layout's reason: the wgmma accumulator gives thread t of a quad columns 8i + 2t + {0, 1}; the e4m3
+    A operand wants it to hold k = 16h + 4t + {0…3}. The slot of every key must be a k of the same thread,
+    and the slots a permutation within each group of 32."""
+    n = 96
+    slots = fa3.fp8_key_slots(n)
+    key = torch.arange(n)
+    assert torch.equal(slots.sort().values, key)
+    assert torch.equal(slots // fa3.FP8_KEY_GROUP, key // fa3.FP8_KEY_GROUP)
+    assert torch.equal((key % 8) // 2, (slots % 16) // 4), "a key would move to another thread"
+    assert not torch.equal(slots, key)
 
 
 def test_strided_and_broadcast_inputs(device):
@@ -122,6 +162,8 @@ def test_rejects_bad_arguments(device):
     x = torch.randn(1, 2, 17, 32, device=device, dtype=F16)
     with pytest.raises(ValueError, match="granularity must be one of"):
         fp8_quant.quantize(x, "channel")
+    with pytest.raises(ValueError, match="interleave=True .* needs transpose=True"):
+        fp8_quant.quantize(x, "tensor", interleave=True)
     for block in (None, 8, 17, 512, True, 16.0):
         with pytest.raises(ValueError, match="block size that is a power of two"):
             fp8_quant.quantize(x, "block", block)
@@ -131,3 +173,41 @@ def test_rejects_bad_arguments(device):
         fp8_quant.quantize(x.to(torch.int8), "tensor")
     with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
         fp8_quant.quantize(x.to(torch.float8_e4m3fn), "tensor")
+
+
+_COMPILE = textwrap.dedent(
+    """
+    import json
+    from analysis.families.compiled import sass
+    from kernels.attention import fp8_quant
+    from kernels.attention import fp8
+    # the FA-3 kernel's blocks (Q rows, K/V rows) per head dim: Q and K row-major, V transposed and interleaved
+    tiles = [(fp8.blocks("fa3", d), d) for d in (64, 128, 256)]
+    variants = [(rows, transpose, d) for (qb, kvb), d in tiles for rows, transpose in ((qb, False), (kvb, False), (kvb, True))]
+    for rows, transpose, d in variants:
+        block_d = max(16, d)
+        consts = dict(GRANULARITY=3, TRANSPOSE=transpose, INTERLEAVE=transpose, HEAD_DIM=d, ROWS=rows,
+                      BLOCK_D=block_d, EMULATE=False, stride_d=1, stride_ocol=1)
+        kinds = {"X": "*bf16", "X8": "*fp8e4nv", "SCALE": "*fp32", "AMAX": "*i32", "NONFINITE": "*i32"}
+        warps = fp8_quant._num_warps(rows, block_d)
+        k = sass.compile_kernel(fp8_quant._quantize_kernel, kinds, consts, 90, dict(num_warps=warps))
+        code = sass.read(k.asm["cubin"])
+        print(json.dumps(dict(rows=rows, transpose=transpose, d=d, warps=warps, registers=code.registers,
+                              stack=code.stack_bytes)))
+    """
+)
+
+
+def test_quantiser_compiles_for_hopper_without_spills():
+    """The launch's warps keep each program's tile in registers: no stack frame (spills) on sm_90."""
+    if "nvidia" not in triton.backends.backends:
+        pytest.skip("this Triton has no NVIDIA backend to compile with")
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(root))
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, cwd=root, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 9
+    for row in rows:
+        assert row["stack"] == 0, f"the quantiser spills: {row}"

@@ -130,7 +130,9 @@ class Quantised:
         self.blocks = fp8.blocks(self.kernel, q.shape[-1])
         self.causal = causal
         self.inputs = (q, k, v)
-        self.tensors = fp8.quantize_qkv(q, k, v, self.granularity, blocks=self.blocks, rotate=self.rotate)
+        # the FA-3 kernel's V straight from the quantiser, in its own layout (as fp8.attention makes it)
+        self.tensors = fp8.quantize_qkv(q, k, v, self.granularity, blocks=self.blocks, rotate=self.rotate,
+                                        fa3_layout=self.kernel == "fa3")  # fmt: skip
         self.out_dtype = q.dtype
 
     def __call__(self) -> torch.Tensor:
@@ -151,6 +153,7 @@ class Quantised:
         from kernels.attention import fp8
 
         q8, k8, v8, qs, ks, vs = self.tensors
+        v8 = v8 if isinstance(v8, torch.Tensor) else v8.rows()  # (fa3.FP8Values: back in key order)
         q_block, kv_block = self.blocks
         return tuple(
             fp8.dequantize(t[batch], s[batch] if s.dim() else s, b)
