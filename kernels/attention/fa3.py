@@ -25,6 +25,7 @@ schedules; checks; the launcher; the ``autograd.Function``; the public ``attenti
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import typing
@@ -298,15 +299,22 @@ def gl_dtype(dtype: torch.dtype):
     return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[dtype]
 
 
+@functools.cache
+def _smem_layout(block: tuple[int, ...], dtype: torch.dtype):
+    """The shared-memory layout of a TMA block (a value; made once: it costs about as much host time as the
+    rest of a descriptor)."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype(dtype))
+
+
 def _descriptor(t: torch.Tensor, tile: list[int]):
     """(the tensor, or a TMA-legal copy of it; its TMA descriptor for ``tile``: the last two dims' block)."""
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     t, strides = _tma_ready(t)
     block = [1, 1, *tile]
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype(t.dtype))
-    return t, TensorDescriptor(t, list(t.shape), strides, block, layout)
+    return t, TensorDescriptor(t, list(t.shape), strides, block, _smem_layout(tuple(block), t.dtype))
 
 
 def forward(

@@ -183,7 +183,8 @@ _COMPILE = textwrap.dedent(
     from kernels.attention import fp8
     # the FA-3 kernel's blocks (Q rows, K/V rows) per head dim: Q and K row-major, V transposed and interleaved
     tiles = [(fp8.blocks("fa3", d), d) for d in (64, 128, 256)]
-    variants = [(rows, transpose, d) for (qb, kvb), d in tiles for rows, transpose in ((qb, False), (kvb, False), (kvb, True))]
+    variants = [(rows, transpose, d) for (qb, kvb), d in tiles
+                for rows, transpose in ((qb, False), (kvb, False), (kvb, True))]
     for rows, transpose, d in variants:
         block_d = max(16, d)
         consts = dict(GRANULARITY=3, TRANSPOSE=transpose, INTERLEAVE=transpose, HEAD_DIM=d, ROWS=rows,
