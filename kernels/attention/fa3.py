@@ -406,12 +406,6 @@ class FP8Values(typing.NamedTuple):
     data: torch.Tensor
     seqlen: int
 
-    @property
-    def shape(self) -> torch.Size:
-        """The ``[B, H_kv, N, d]`` shape of the V it holds."""
-        b, h, d, _ = self.data.shape
-        return torch.Size((b, h, self.seqlen, d))
-
     def rows(self) -> torch.Tensor:
         """V back as a ``[B, H_kv, N, d]`` e4m3 tensor (a copy, in key order)."""
         slots = fp8_key_slots(self.seqlen, self.data.device)

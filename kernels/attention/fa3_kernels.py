@@ -273,8 +273,9 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     O += P_{j-1} V_{j-1}, then the softmax of S_j.
 
     wgmma groups complete in issue order, so waiting for all but one group waits for S_j alone (OVERLAP):
-    the exponentials of tile j run while the tensor cores finish P_{j-1} V_{j-1}, and P_j is converted
-    to the operand type into registers of its own before that product is waited for."""
+    the exponentials of tile j run while the tensor cores finish P_{j-1} V_{j-1}. With 16 bits P_j is
+    converted to the operand type into registers of its own before that product is waited for; FP8 carries
+    P_j in fp32 to the next tile and converts it as that tile issues P_j V_j (``_pv_a``)."""
     m_i, l_i, acc, p, alpha, vs_prev, turn_phase, k_scale, v_scale = state
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_smem, v_smem, o_smem = smem

@@ -71,12 +71,11 @@ def _abs_max(x):
 
 
 @triton.jit
-def _block(X, off_bh, n0, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
-           ROWS: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
-    """Rows [n0, n0 + ROWS) of one (batch, head) as fp32, zeros past the end and in the head-dim padding."""
+def _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
+           BLOCK_D: tl.constexpr):  # fmt: skip
+    """The given rows of one (batch, head) as fp32, zeros past the end and in the head-dim padding."""
     b = (off_bh // heads).to(tl.int64)
     h = (off_bh % heads).to(tl.int64)
-    rows = n0 + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
     ptrs = X + b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n + cols[None, :] * stride_d
@@ -95,8 +94,9 @@ def _amax_kernel(
     BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     off_bh = tl.program_id(1)
-    x, rows, cols, mask = _block(X, off_bh, tl.program_id(0) * ROWS, stride_b, stride_h, stride_n, stride_d, heads,
-                                 seqlen, HEAD_DIM, ROWS, BLOCK_D)  # fmt: skip
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    x, rows, cols, mask = _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM,
+                                 BLOCK_D)  # fmt: skip
     amax = _abs_max(x)
     # non-negative floats order like their bits (and +Inf, what a NaN counts as here, above them all)
     tl.atomic_max(AMAX + (off_bh if PER_HEAD else 0), amax.to(tl.int32, bitcast=True))
@@ -112,6 +112,7 @@ def _quantize_kernel(
     stride_b, stride_h, stride_n, stride_d,
     stride_ob, stride_oh, stride_orow, stride_ocol,  # of X8 as stored: (b, h, n, d), or (b, h, d, n) transposed
     heads, seqlen,
+    width,  # INTERLEAVE: the keys rounded up to 32, every column of X8 (its padding written as zeros)
     GRANULARITY: tl.constexpr,  # 0 none, 1 tensor, 2 head, 3 block
     TRANSPOSE: tl.constexpr,
     INTERLEAVE: tl.constexpr,  # (with TRANSPOSE) keys in the FP8 FA-3 kernel's order (fa3.fp8_key_slots)
@@ -122,8 +123,13 @@ def _quantize_kernel(
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     off_bh = tl.program_id(1)
-    x, rows, cols, mask = _block(X, off_bh, pid_n * ROWS, stride_b, stride_h, stride_n, stride_d, heads, seqlen,
-                                 HEAD_DIM, ROWS, BLOCK_D)  # fmt: skip
+    slots = pid_n * ROWS + tl.arange(0, ROWS)
+    rows = slots
+    if INTERLEAVE:  # the key each column of the block holds (fa3.fp8_key_slots' inverse), in the same block:
+        w = slots % 32  # rows are read in that order and the columns written in order, 16 bytes at a time
+        rows = slots - w + (w & 16) + ((w >> 1) & 1) * 8 + ((w >> 2) & 3) * 2 + (w & 1)
+    x, rows, cols, mask = _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM,
+                                 BLOCK_D)  # fmt: skip
     local = _abs_max(x)
     tl.atomic_add(NONFINITE, 1, mask=(local < float("inf")) == 0)  # NaN or Inf in this block
     if GRANULARITY == 0:
@@ -151,12 +157,11 @@ def _quantize_kernel(
     h = (off_bh % heads).to(tl.int64)
     base = X8 + b * stride_ob + h * stride_oh
     if TRANSPOSE:  # (d, n) tile, n contiguous: coalesced stores of V's transposed rows
-        slots = rows
-        if INTERLEAVE:  # a permutation within every 32 keys: the same 32-byte segments
-            w = rows % 32
-            slots = rows - w + (w & 16) + ((w >> 1) & 3) * 4 + ((w >> 3) & 1) * 2 + (w & 1)
         ptrs = base + cols[:, None].to(tl.int64) * stride_orow + slots[None, :] * stride_ocol
-        tl.store(ptrs, tl.trans(y), mask=tl.trans(mask))
+        if INTERLEAVE:  # every column up to the width: past the keys, the zeros the masked loads gave
+            tl.store(ptrs, tl.trans(y), mask=(cols[:, None] < HEAD_DIM) & (slots[None, :] < width))
+        else:
+            tl.store(ptrs, tl.trans(y), mask=tl.trans(mask))
     else:
         ptrs = base + rows[:, None].to(tl.int64) * stride_orow + cols[None, :] * stride_ocol
         tl.store(ptrs, y, mask=mask)
@@ -208,9 +213,9 @@ def quantize(
     store_dtype = torch.float32 if INTERPRET else torch.float8_e4m3fn
     if transpose:
         n_pad = triton.cdiv(n, 32 if interleave else 16) * (32 if interleave else 16)
-        # the interleaved layout's padding is part of it (zeros); the plain one's is never read
-        x8 = (torch.zeros if interleave and n_pad != n else torch.empty)((b, h, d, n_pad), device=device,
-                                                                          dtype=store_dtype)  # fmt: skip
+        # the interleaved layout's padding is part of it, zeros: written by the kernel where its blocks reach
+        x8 = (torch.zeros if interleave and nblk * rows < n_pad else torch.empty)((b, h, d, n_pad), device=device,
+                                                                                  dtype=store_dtype)  # fmt: skip
     else:
         x8 = torch.empty((b, h, n, d), device=device, dtype=store_dtype)
     groups = {"none": 1, "tensor": 1, "head": b * h, "block": b * h * nblk}[granularity]
@@ -229,7 +234,7 @@ def quantize(
                 _amax_kernel[grid](x, amax, *x.stride(), h, n, PER_HEAD=granularity == "head", HEAD_DIM=d,
                                    ROWS=rows, BLOCK_D=block_d, num_warps=warps)  # fmt: skip
             _quantize_kernel[grid](
-                x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n,
+                x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n, x8.shape[-1],
                 GRANULARITY=GRANULARITIES.index(granularity), TRANSPOSE=transpose, INTERLEAVE=interleave,
                 HEAD_DIM=d, ROWS=rows, BLOCK_D=block_d, EMULATE=INTERPRET, num_warps=warps,
             )  # fmt: skip

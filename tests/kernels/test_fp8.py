@@ -370,6 +370,16 @@ def test_v_layouts_agree(kernel, device):
             fp8.forward_quantized(q8, k8, values, qs, ks, vs2, out_dtype=F16, kernel=kernel)
 
 
+def test_fa3_values_must_match_k(device):
+    """V in the FA-3 kernel's layout is checked as the V it stands for: its keys must match K's."""
+    q, k, v = random_tensors([(1, 2, 40, 64), (1, 2, 70, 64), (1, 2, 70, 64)], F16, device, seed=8)
+    q8, k8, values, qs, ks, vs = fp8.quantize_qkv(q, k, v, "tensor", blocks=(64, 128), fa3_layout=True)
+    assert isinstance(values, fa3.FP8Values) and values.seqlen == 70 and values.data.shape[-1] == 96
+    short = fa3.FP8Values(values.data, 60)
+    with pytest.raises(ValueError, match="k8 and v8 must have the same shape"):
+        fp8.forward_quantized(q8, k8, short, qs, ks, vs, kernel="fa3")
+
+
 FA3_SCHEDULE_CASES = [(128, s) for s in ("fa3", "no-warp-specialize", "no-pingpong", "no-overlap", "no-tma")] + [
     (d, s) for d in (64, 256) for s in ("fa3", "no-tma")]  # fmt: skip
 

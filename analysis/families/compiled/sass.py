@@ -92,13 +92,15 @@ def count(opcodes: collections.Counter, kind: str) -> int:
     return sum(opcodes.get(op, 0) for op in CLASSES[kind])
 
 
-def compile_kernel(fn, kinds: dict[str, str], constexprs: dict, capability: int, options: dict, gluon: bool = False):
+def compile_kernel(fn, kinds: dict[str, str], constexprs: dict, capability: int, options: dict, gluon: bool = False,
+                   aligned: tuple[str, ...] = ()):  # fmt: skip
     """Compile a ``@triton.jit`` (or ``@gluon.jit``) function for ``sm_<capability>`` without a GPU.
 
     ``kinds`` gives the signature type of the non-constexpr arguments that are not plain ints (``"*fp16"``,
-    ``"fp32"``, ``"tensordesc<...>"``); every other one is ``i32``. Pointers and ``stride_*`` arguments are
-    marked 16-divisible, as Triton specialises them for aligned contiguous tensors. Returns Triton's
-    ``CompiledKernel`` (``.asm["ptx"]``, ``.asm["cubin"]``, ``.metadata``).
+    ``"fp32"``, ``"tensordesc<...>"``); every other one is ``i32``. Pointers, ``stride_*`` arguments and the
+    ints named in ``aligned`` (lengths that are multiples of 16) are marked 16-divisible, as Triton
+    specialises them for aligned contiguous tensors. Returns Triton's ``CompiledKernel`` (``.asm["ptx"]``,
+    ``.asm["cubin"]``, ``.metadata``).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -110,7 +112,7 @@ def compile_kernel(fn, kinds: dict[str, str], constexprs: dict, capability: int,
             signature[arg], bound[(i,)] = "constexpr", constexprs[arg]
             continue
         signature[arg] = kinds.get(arg, "i32")
-        if signature[arg].startswith("*") or arg.startswith("stride_"):
+        if signature[arg].startswith("*") or arg.startswith("stride_") or arg in aligned:
             attrs[(i,)] = [["tt.divisibility", 16]]
     if gluon:
         from triton.experimental.gluon._runtime import GluonASTSource
