@@ -8,7 +8,9 @@ each block's amax and folds it into the group's with an atomic max (on the float
 the floats for non-negative values), and the second one quantises: two reads of the input, one write.
 ``transpose`` writes ``[B, H, d, N']`` instead (N' = N rounded up to 16 elements, so every row of the
 transposed tensor starts 16-byte aligned, as TMA needs), returned as its ``[B, H, d, N]`` view: the layout
-of V for the FP8 WGMMA, which reads its B operand K-major only.
+of V for the FP8 WGMMA, which reads its B operand K-major only. ``interleave`` also orders the keys of every
+32 as the FA-3 kernel's P registers are (``fa3.FP8Values``): each block reads its rows in that order and
+writes its columns in order, so the writes stay 16 bytes wide.
 
 No host synchronisation: a non-finite input is not detected by reading anything back. Its group's amax is
 then +Inf (a NaN counts as +Inf there), so its scale is non-finite and so is every output that reads it,
@@ -18,7 +20,9 @@ held NaN or Inf, says so to a caller who reads it (``QuantizedFP8.check`` does, 
 Interpreter: Triton's interpreter converts fp32 to e4m3 wrongly (see ``fp8.py``), so there the kernel writes
 the e4m3 values exactly rounded in fp32 (``_round_to_e4m3``, ties to even) and torch casts them, which is
 then exact. Tested in the interpreter (tests/kernels/test_fp8_quant.py: every granularity, odd N and d,
-strided inputs, the transposed layout, non-finite groups, bit-identical to ``fp8.quantize``) and on an H200.
+strided inputs, the transposed and the FA-3 layouts, non-finite groups, bit-identical to ``fp8.quantize``),
+compiled for sm_90 (no spills, 16-byte stores), and on an H200 (the FA-3 layout not yet: its GPU tests, in
+tests/kernels/test_fp8.py, have not run on one).
 Layers: the ``@triton.jit`` kernels; the launcher ``quantize``.
 """
 
