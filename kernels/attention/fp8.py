@@ -572,7 +572,8 @@ def forward_quantized(
     if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % kvb:
         raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's {kvb} keys per tile")
     if which != "fa3" and fa3.schedule_of(schedule) != fa3.SCHEDULES["fa3"]:
-        raise ValueError(f"schedule={schedule!r} switches the FA-3 kernel's techniques; this call runs {which}")
+        raise ValueError(f"schedule={schedule!r} switches a technique of the FA-3 kernel: it needs the FA-3 kernel "
+                         f"(Hopper, head dims {fa3.HEAD_DIMS}); this call runs {which}")  # fmt: skip
     if fa3_values is not None and which != "fa3":
         raise ValueError(f"v8 is fa3.FP8Values, the FA-3 kernel's layout; this call runs {which}: pass V as a tensor")
     if which == "fa3":
