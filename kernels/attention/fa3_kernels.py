@@ -167,12 +167,9 @@ def _softmax_step(s, m_i, l_i, scale, P_SHIFT: gl.constexpr):
 
 @gluon.jit
 def _p_operand(p, like):
-    """P as the A operand of P V, of ``like``'s type and layout (16-bit); FP8 keeps P in fp32 until
-    ``_p_fp8`` converts it right before its product."""
-    if like.dtype.primitive_bitwidth == 8:
-        return p
-    else:
-        return gl.convert_layout(p.to(like.dtype), like.type.layout)
+    """P as the loop carries it, ``like``'s type and layout: the A operand of P V (16-bit), or fp32 in the
+    accumulator's layout (FP8: a no-op; ``_p_fp8`` converts it as its product is issued)."""
+    return gl.convert_layout(p.to(like.dtype), like.type.layout)
 
 
 @gluon.jit
