@@ -361,7 +361,7 @@ def test_v_layouts_agree(kernel, device):
     c = fp8.forward_quantized(q8, k8, wide[..., 3:100].transpose(-1, -2), qs, ks, vs, out_dtype=F16, kernel=kernel)
     assert torch.equal(a, b) and torch.equal(a, c)
     # the FA-3 kernel's own layout, from the fused quantiser: the same numbers; another kernel refuses it
-    *_, values, _, _, vs2 = fp8.quantize_qkv(q, k, v, "block", blocks=fp8.blocks(kernel, 64), fa3_layout=True)
+    _, _, values, _, _, vs2 = fp8.quantize_qkv(q, k, v, "block", blocks=fp8.blocks(kernel, 64), fa3_layout=True)
     assert torch.equal(values.rows().view(torch.uint8), v8t.contiguous().view(torch.uint8))
     if kernel == "fa3":
         assert torch.equal(a, fp8.forward_quantized(q8, k8, values, qs, ks, vs2, out_dtype=F16, kernel=kernel))
