@@ -21,8 +21,8 @@ Interpreter: Triton's interpreter converts fp32 to e4m3 wrongly (see ``fp8.py``)
 the e4m3 values exactly rounded in fp32 (``_round_to_e4m3``, ties to even) and torch casts them, which is
 then exact. Tested in the interpreter (tests/kernels/test_fp8_quant.py: every granularity, odd N and d,
 strided inputs, the transposed and the FA-3 layouts, non-finite groups, bit-identical to ``fp8.quantize``),
-compiled for sm_90 (no spills, 16-byte stores), and on an H200 (the FA-3 layout not yet: its GPU tests, in
-tests/kernels/test_fp8.py, have not run on one).
+compiled for sm_90 (no spills, 16-byte stores), and on an H200 (tests/kernels/test_fp8.py and
+test_cuda_graphs.py there, the FA-3 layout included).
 Layers: the ``@triton.jit`` kernels; the launcher ``quantize``.
 """
 
