@@ -3,7 +3,9 @@
 What it is: x ≈ x₈ · scale with scale = amax / 448 over a group (``kernels.attention.fp8``'s granularities:
 per tensor, per (batch, head), per block of ``block`` sequence rows, or ``"none"``: scale 1), the division,
 the clamp to ±448 and the cast in one Triton kernel per tensor, the amax on the GPU. Per block, each program
-owns one block: the amax and the quantisation need one read. Per head and per tensor, a first kernel takes
+owns one block and walks it in chunks of a few thousand elements twice, for its amax and then to quantise:
+the second pass reads from L2, so the memory sees one read (``_tiling`` says why chunks). Per head and per
+tensor, a first kernel takes
 each block's amax and folds it into the group's with an atomic max (on the float's bits, which order like
 the floats for non-negative values), and the second one quantises: two reads of the input, one write.
 ``transpose`` writes ``[B, H, d, N']`` instead (N' = N rounded up to 16 elements, so every row of the
@@ -107,6 +109,18 @@ def _amax_kernel(
 
 
 @triton.jit
+def _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
+           BLOCK_D: tl.constexpr, INTERLEAVE: tl.constexpr):  # fmt: skip
+    """The rows ``slots`` of a block as fp32 (``_block``); with INTERLEAVE the keys those columns of the FA-3
+    layout hold instead (``fa3.fp8_key_slots``' inverse, within each 16 keys, so within the block)."""
+    rows = slots
+    if INTERLEAVE:
+        w = slots % 32
+        rows = slots - w + (w & 16) + ((w >> 1) & 1) * 8 + ((w >> 2) & 3) * 2 + (w & 1)
+    return _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM, BLOCK_D)
+
+
+@triton.jit
 def _quantize_kernel(
     X,  # (B, H, N, d) 16-bit, any strides
     X8,  # e4m3 (B, H, N, d) contiguous, or (B, H, d, N') with TRANSPOSE; fp32 of the same shape with EMULATE
@@ -121,21 +135,22 @@ def _quantize_kernel(
     TRANSPOSE: tl.constexpr,
     INTERLEAVE: tl.constexpr,  # (with TRANSPOSE) keys in the FP8 FA-3 kernel's order (fa3.fp8_key_slots)
     HEAD_DIM: tl.constexpr,
-    ROWS: tl.constexpr,
+    ROWS: tl.constexpr,  # rows of the block a program owns (one scale's, per block)
+    CHUNK: tl.constexpr,  # rows it holds at a time (ROWS a multiple of it)
     BLOCK_D: tl.constexpr,
     EMULATE: tl.constexpr,  # the interpreter: write the e4m3 values rounded exactly, in fp32
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     off_bh = tl.program_id(1)
-    slots = pid_n * ROWS + tl.arange(0, ROWS)
-    rows = slots
-    if INTERLEAVE:  # the key each column of the block holds (fa3.fp8_key_slots' inverse), in the same block:
-        w = slots % 32  # rows are read in that order and the columns written in order, 16 bytes at a time
-        rows = slots - w + (w & 16) + ((w >> 1) & 1) * 8 + ((w >> 2) & 3) * 2 + (w & 1)
-    x, rows, cols, mask = _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM,
-                                 BLOCK_D)  # fmt: skip
-    local = _abs_max(x)
-    tl.atomic_add(NONFINITE, 1, mask=(local < float("inf")) == 0)  # NaN or Inf in this block
+    start = pid_n * ROWS
+    # Per block the amax comes first: a pass over the block's chunks, which the second pass reads again
+    # from L2 (small chunks keep registers few and programs many a multiprocessor, for the memory's sake).
+    local = 0.0
+    if GRANULARITY == 3:
+        for c in tl.static_range(0, ROWS, CHUNK):
+            x, rows, cols, mask = _chunk(X, off_bh, start + c + tl.arange(0, CHUNK), stride_b, stride_h, stride_n,
+                                         stride_d, heads, seqlen, HEAD_DIM, BLOCK_D, INTERLEAVE)  # fmt: skip
+            local = tl.maximum(local, _abs_max(x))
     if GRANULARITY == 0:
         scale = 1.0
     else:
@@ -151,32 +166,41 @@ def _quantize_kernel(
         scale = tl.where(amax > 0.0, tl.math.div_rn(amax, 448.0), 1.0)  # IEEE division, as torch
         scale = tl.where(finite, scale, amax)  # a non-finite group's scale is non-finite: so are its outputs
         tl.store(SCALE + group, scale, mask=first)
-    y = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
-    y = tl.where(x != x, x, y)  # NaN stays NaN (the clamp would hide it)
-    if EMULATE:
-        y = _round_to_e4m3(y)
-    else:
-        y = y.to(tl.float8e4nv)
     b = (off_bh // heads).to(tl.int64)
     h = (off_bh % heads).to(tl.int64)
     base = X8 + b * stride_ob + h * stride_oh
-    if TRANSPOSE:  # (d, n) tile, n contiguous: coalesced stores of V's transposed rows
-        ptrs = base + cols[:, None].to(tl.int64) * stride_orow + slots[None, :] * stride_ocol
-        if INTERLEAVE:  # every column up to the width: past the keys, the zeros the masked loads gave
-            tl.store(ptrs, tl.trans(y), mask=(cols[:, None] < HEAD_DIM) & (slots[None, :] < width))
+    for c in tl.static_range(0, ROWS, CHUNK):
+        slots = start + c + tl.arange(0, CHUNK)
+        x, rows, cols, mask = _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen,
+                                     HEAD_DIM, BLOCK_D, INTERLEAVE)  # fmt: skip
+        if GRANULARITY != 3:
+            local = tl.maximum(local, _abs_max(x))
+        y = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
+        y = tl.where(x != x, x, y)  # NaN stays NaN (the clamp would hide it)
+        if EMULATE:
+            y = _round_to_e4m3(y)
         else:
-            tl.store(ptrs, tl.trans(y), mask=tl.trans(mask))
-    else:
-        ptrs = base + rows[:, None].to(tl.int64) * stride_orow + cols[None, :] * stride_ocol
-        tl.store(ptrs, y, mask=mask)
+            y = y.to(tl.float8e4nv)
+        if TRANSPOSE:  # (d, n) tile, n contiguous: coalesced stores of V's transposed rows
+            ptrs = base + cols[:, None].to(tl.int64) * stride_orow + slots[None, :] * stride_ocol
+            if INTERLEAVE:  # every column up to the width: past the keys, the zeros the masked loads gave
+                tl.store(ptrs, tl.trans(y), mask=(cols[:, None] < HEAD_DIM) & (slots[None, :] < width))
+            else:
+                tl.store(ptrs, tl.trans(y), mask=tl.trans(mask))
+        else:
+            ptrs = base + rows[:, None].to(tl.int64) * stride_orow + cols[None, :] * stride_ocol
+            tl.store(ptrs, y, mask=mask)
+    tl.atomic_add(NONFINITE, 1, mask=(local < float("inf")) == 0)  # NaN or Inf in this block
 
 
-def _num_warps(rows: int, block_d: int) -> int:
-    """Warps per program: about 16 elements a thread, 4 to 16. A program holds its whole tile in registers
-    (a block's amax needs all of it): compiled for sm_90, a 128 × 128 tile with Triton's default 4 warps
-    takes 255 registers a thread and spills (transposed), 16 warps take 128 and do not
-    (tests/kernels/test_fp8_quant.py compiles it)."""
-    return max(4, min(16, rows * block_d // 512))
+def _tiling(rows: int, block_d: int) -> tuple[int, int]:
+    """(rows a program holds at a time, warps) for blocks of ``rows``: chunks of about 4096 elements, 32
+    a thread. Holding a whole 128 × 128 block (one read per element) took 128 registers a thread at 16 warps
+    on sm_90: one program a multiprocessor, its loads and stores in turn, about 2.5× the byte floor on an
+    H200; chunks let several programs share each multiprocessor (tests/kernels/test_fp8_quant.py compiles
+    them: no spills, 16-byte stores)."""
+    chunk = min(rows, max(16, 2048 // block_d))
+    return chunk, max(1, min(8, chunk * block_d // 512))
 
 
 def quantize(
@@ -230,17 +254,17 @@ def quantize(
     if x.numel():
         block_d = max(16, triton.next_power_of_2(d))
         grid = (nblk, b * h)
-        warps = _num_warps(rows, block_d)
+        chunk, warps = _tiling(rows, block_d)
         amax = nonfinite  # (not read by the block and "none" granularities)
         with device_guard(x):
             if granularity in ("tensor", "head"):
                 amax = torch.zeros(groups, device=device, dtype=torch.int32)
                 _amax_kernel[grid](x, amax, *x.stride(), h, n, PER_HEAD=granularity == "head", HEAD_DIM=d,
-                                   ROWS=rows, BLOCK_D=block_d, num_warps=warps)  # fmt: skip
+                                   ROWS=rows, BLOCK_D=block_d, num_warps=max(4, rows * block_d // 1024))  # fmt: skip
             _quantize_kernel[grid](
                 x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n, x8.shape[-1],
                 GRANULARITY=GRANULARITIES.index(granularity), TRANSPOSE=transpose, INTERLEAVE=interleave,
-                HEAD_DIM=d, ROWS=rows, BLOCK_D=block_d, EMULATE=INTERPRET, num_warps=warps,
+                HEAD_DIM=d, ROWS=rows, CHUNK=chunk, BLOCK_D=block_d, EMULATE=INTERPRET, num_warps=warps,
             )  # fmt: skip
     if INTERPRET:  # exactly representable values: torch's cast is exact on them
         x8 = x8.to(torch.float8_e4m3fn)

@@ -187,17 +187,17 @@ _COMPILE = textwrap.dedent(
                 for rows, transpose in ((qb, False), (kvb, False), (kvb, True))]
     for rows, transpose, d in variants:
         block_d = max(16, d)
+        chunk, warps = fp8_quant._tiling(rows, block_d)
         consts = dict(GRANULARITY=3, TRANSPOSE=transpose, INTERLEAVE=transpose, HEAD_DIM=d, ROWS=rows,
-                      BLOCK_D=block_d, EMULATE=False, stride_d=1, stride_ocol=1)
+                      CHUNK=chunk, BLOCK_D=block_d, EMULATE=False, stride_d=1, stride_ocol=1)
         kinds = {"X": "*bf16", "X8": "*fp8e4nv", "SCALE": "*fp32", "AMAX": "*i32", "NONFINITE": "*i32"}
-        warps = fp8_quant._num_warps(rows, block_d)
         # lengths that are multiples of 16, as Triton specialises them for N = 4096
         k = sass.compile_kernel(fp8_quant._quantize_kernel, kinds, consts, 90, dict(num_warps=warps),
                                 aligned=("seqlen", "width"))
         code = sass.read(k.asm["cubin"])
         words = [op.split() for _, op in code.instructions]
         stores = [w for ws in words for w in ws[:2] if w.startswith("STG")]
-        print(json.dumps(dict(rows=rows, transpose=transpose, d=d, warps=warps, registers=code.registers,
+        print(json.dumps(dict(rows=rows, transpose=transpose, d=d, chunk=chunk, warps=warps, registers=code.registers,
                               stack=code.stack_bytes, stores=stores)))
     """
 )
