@@ -3,9 +3,9 @@
 What it is: x ≈ x₈ · scale with scale = amax / 448 over a group (``kernels.attention.fp8``'s granularities:
 per tensor, per (batch, head), per block of ``block`` sequence rows, or ``"none"``: scale 1), the division,
 the clamp to ±448 and the cast in one Triton kernel per tensor, the amax on the GPU. Per block, each program
-owns one block and walks it in chunks of a few thousand elements twice, for its amax and then to quantise:
-the second pass reads from L2, so the memory sees one read (``_tiling`` says why chunks). Per head and per
-tensor, a first kernel takes
+owns one block. Written row-major, it walks the block in chunks of about 2048 elements twice, for its amax
+and then to quantise (the second pass reads from L2, so the memory sees one read); written transposed, it
+holds the whole block and reads it once (``_tiling`` says why). Per head and per tensor, a first kernel takes
 each block's amax and folds it into the group's with an atomic max (on the float's bits, which order like
 the floats for non-negative values), and the second one quantises: two reads of the input, one write.
 ``transpose`` writes ``[B, H, d, N']`` instead (N' = N rounded up to 16 elements, so every row of the
@@ -121,6 +121,27 @@ def _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seql
 
 
 @triton.jit
+def _group_scale(local, SCALE, AMAX, off_bh, pid_n, GRANULARITY: tl.constexpr):
+    """The descale of this program's group (``local``: its block's amax, per block), written once per group;
+    a non-finite group's scale is non-finite, so are its outputs."""
+    if GRANULARITY == 0:
+        return 1.0
+    if GRANULARITY == 3:
+        amax = local
+        group = off_bh * tl.num_programs(0) + pid_n
+        first = pid_n >= 0
+    else:
+        group = off_bh if GRANULARITY == 2 else 0
+        amax = tl.load(AMAX + group).to(tl.float32, bitcast=True)
+        first = (pid_n == 0) & ((GRANULARITY == 2) | (off_bh == 0))  # one program per group writes
+    finite = amax < float("inf")  # False for +Inf and NaN
+    scale = tl.where(amax > 0.0, tl.math.div_rn(amax, 448.0), 1.0)  # IEEE division, as torch
+    scale = tl.where(finite, scale, amax)
+    tl.store(SCALE + group, scale, mask=first)
+    return scale
+
+
+@triton.jit
 def _quantize_kernel(
     X,  # (B, H, N, d) 16-bit, any strides
     X8,  # e4m3 (B, H, N, d) contiguous, or (B, H, d, N') with TRANSPOSE; fp32 of the same shape with EMULATE
@@ -143,29 +164,17 @@ def _quantize_kernel(
     pid_n = tl.program_id(0)
     off_bh = tl.program_id(1)
     start = pid_n * ROWS
-    # Per block the amax comes first: a pass over the block's chunks, which the second pass reads again
+    WHOLE: tl.constexpr = CHUNK == ROWS  # the program holds its whole block: one pass
+    # Per block in chunks the amax comes first: a pass over the chunks, which the second pass reads again
     # from L2 (small chunks keep registers few and programs many a multiprocessor, for the memory's sake).
     local = 0.0
-    if GRANULARITY == 3:
+    if GRANULARITY == 3 and not WHOLE:
         for c in tl.static_range(0, ROWS, CHUNK):
             x, rows, cols, mask = _chunk(X, off_bh, start + c + tl.arange(0, CHUNK), stride_b, stride_h, stride_n,
                                          stride_d, heads, seqlen, HEAD_DIM, BLOCK_D, INTERLEAVE)  # fmt: skip
             local = tl.maximum(local, _abs_max(x))
-    if GRANULARITY == 0:
-        scale = 1.0
-    else:
-        if GRANULARITY == 3:
-            amax = local
-            group = off_bh * tl.num_programs(0) + pid_n
-            first = pid_n >= 0
-        else:
-            group = off_bh if GRANULARITY == 2 else 0
-            amax = tl.load(AMAX + group).to(tl.float32, bitcast=True)
-            first = (pid_n == 0) & ((GRANULARITY == 2) | (off_bh == 0))  # one program per group writes
-        finite = amax < float("inf")  # False for +Inf and NaN
-        scale = tl.where(amax > 0.0, tl.math.div_rn(amax, 448.0), 1.0)  # IEEE division, as torch
-        scale = tl.where(finite, scale, amax)  # a non-finite group's scale is non-finite: so are its outputs
-        tl.store(SCALE + group, scale, mask=first)
+    if GRANULARITY != 3 or not WHOLE:
+        scale = _group_scale(local, SCALE, AMAX, off_bh, pid_n, GRANULARITY)
     b = (off_bh // heads).to(tl.int64)
     h = (off_bh % heads).to(tl.int64)
     base = X8 + b * stride_ob + h * stride_oh
@@ -173,8 +182,10 @@ def _quantize_kernel(
         slots = start + c + tl.arange(0, CHUNK)
         x, rows, cols, mask = _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen,
                                      HEAD_DIM, BLOCK_D, INTERLEAVE)  # fmt: skip
-        if GRANULARITY != 3:
+        if GRANULARITY != 3 or WHOLE:
             local = tl.maximum(local, _abs_max(x))
+        if GRANULARITY == 3 and WHOLE:
+            scale = _group_scale(local, SCALE, AMAX, off_bh, pid_n, GRANULARITY)
         y = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
         y = tl.where(x != x, x, y)  # NaN stays NaN (the clamp would hide it)
         if EMULATE:
@@ -193,14 +204,15 @@ def _quantize_kernel(
     tl.atomic_add(NONFINITE, 1, mask=(local < float("inf")) == 0)  # NaN or Inf in this block
 
 
-def _tiling(rows: int, block_d: int) -> tuple[int, int]:
-    """(rows a program holds at a time, warps) for blocks of ``rows``: chunks of about 4096 elements, 32
-    a thread. Holding a whole 128 × 128 block (one read per element) took 128 registers a thread at 16 warps
-    on sm_90: one program a multiprocessor, its loads and stores in turn, about 2.5× the byte floor on an
-    H200; chunks let several programs share each multiprocessor (tests/kernels/test_fp8_quant.py compiles
-    them: no spills, 16-byte stores)."""
-    chunk = min(rows, max(16, 2048 // block_d))
-    return chunk, max(1, min(8, chunk * block_d // 512))
+def _tiling(rows: int, block_d: int, transpose: bool) -> tuple[int, int]:
+    """(rows a program holds at a time, warps), about 16 elements a thread. Row-major outputs: chunks of
+    about 2048 elements. Holding a whole 128 × 128 block took 128 registers a thread at 16 warps on sm_90:
+    one program a multiprocessor, its loads and stores in turn; in chunks, 64-84 registers at 4 warps, and
+    on an H200 Q's and K's quantisation took 15-17% less time. Transposed outputs keep the whole block (the
+    chunked form's transposed stores, one 16-key row segment at a time, took 41% more). Compiled by
+    tests/kernels/test_fp8_quant.py: no spills, 16-byte stores."""
+    chunk = rows if transpose else min(rows, max(16, 2048 // block_d))
+    return chunk, max(4, min(16, chunk * block_d // 512))
 
 
 def quantize(
@@ -254,7 +266,7 @@ def quantize(
     if x.numel():
         block_d = max(16, triton.next_power_of_2(d))
         grid = (nblk, b * h)
-        chunk, warps = _tiling(rows, block_d)
+        chunk, warps = _tiling(rows, block_d, transpose)
         amax = nonfinite  # (not read by the block and "none" granularities)
         with device_guard(x):
             if granularity in ("tensor", "head"):

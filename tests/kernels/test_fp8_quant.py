@@ -187,7 +187,7 @@ _COMPILE = textwrap.dedent(
                 for rows, transpose in ((qb, False), (kvb, False), (kvb, True))]
     for rows, transpose, d in variants:
         block_d = max(16, d)
-        chunk, warps = fp8_quant._tiling(rows, block_d)
+        chunk, warps = fp8_quant._tiling(rows, block_d, transpose)
         consts = dict(GRANULARITY=3, TRANSPOSE=transpose, INTERLEAVE=transpose, HEAD_DIM=d, ROWS=rows,
                       CHUNK=chunk, BLOCK_D=block_d, EMULATE=False, stride_d=1, stride_ocol=1)
         kinds = {"X": "*bf16", "X8": "*fp8e4nv", "SCALE": "*fp32", "AMAX": "*i32", "NONFINITE": "*i32"}
