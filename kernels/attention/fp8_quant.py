@@ -206,11 +206,12 @@ def _quantize_kernel(
 
 def _tiling(rows: int, block_d: int, transpose: bool) -> tuple[int, int]:
     """(rows a program holds at a time, warps), about 16 elements a thread. Row-major outputs: chunks of
-    about 2048 elements. Holding a whole 128 × 128 block took 128 registers a thread at 16 warps on sm_90:
-    one program a multiprocessor, its loads and stores in turn; in chunks, 64-84 registers at 4 warps, and
-    on an H200 Q's and K's quantisation took 15-17% less time. Transposed outputs keep the whole block (the
-    chunked form's transposed stores, one 16-key row segment at a time, took 41% more). Compiled by
-    tests/kernels/test_fp8_quant.py: no spills, 16-byte stores."""
+    about 2048 elements. Holding a whole 128 × 128 block took 128 registers a thread at 16 warps on sm_90,
+    so one program a multiprocessor, its loads and stores in turn; in chunks it takes 64-84 at 4 warps, and
+    several programs share a multiprocessor. Transposed outputs keep the whole block: in chunks their
+    transposed stores go out one short row segment at a time. On an H200 (CUDA-graph replay, a probe
+    outside the pipeline) chunks made Q's and K's quantisation faster and the transposed V's slower, so each
+    keeps the faster form. Compiled by tests/kernels/test_fp8_quant.py: no spills, 16-byte stores."""
     chunk = rows if transpose else min(rows, max(16, 2048 // block_d))
     return chunk, max(4, min(16, chunk * block_d // 512))
 
