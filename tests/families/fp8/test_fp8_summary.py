@@ -1,0 +1,29 @@
+"""The FP8 summary's account of the end-to-end call: the quantiser's time is the -e2e row less the kernel's at
+the same point, and the kernel alone is held against the time the end-to-end target leaves the whole call."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.families.fp8 import summary
+
+
+def _rows(points: dict[tuple[bool, int], dict[str, float]]) -> pd.DataFrame:
+    return pd.DataFrame([dict(impl=impl, causal=causal, seqlen_q=n, head_dim=128, ms_median=ms)
+                         for (causal, n), times in points.items() for impl, ms in times.items()])  # fmt: skip
+
+
+def test_where_the_end_to_end_time_goes():
+    # at N=4096 the quantiser takes 0.2 ms of 1.0; our fastest bf16 kernel 1.3 ms leaves the call 1.0 ms
+    speed = _rows({(False, 4096): {"ours-fp8-block": 0.8, "ours-fp8-block-e2e": 1.0, "ours-fa3": 1.3, "ours-fa2": 2.0},
+                   (True, 8192): {"ours-fp8-block": 1.5, "ours-fp8-block-e2e": 1.6, "ours-fa3": 2.6, "ours-fa2": 3.0},
+                   (False, 2048): {"ours-fp8-block": 9.0, "ours-fp8-block-e2e": 99.0, "ours-fa3": 1.0}})  # fmt: skip
+    (line,) = summary._e2e_time(speed, ["ours-fa3", "ours-fa2"])
+    assert "N ≥ 4096" in line.what and "1.3× target" in line.what
+    # quantiser 200 and 100 µs, 20% and 6% of the call; the kernel 0.8 / 1.0 and 1.5 / 2.0 of its allowance
+    assert line.measured == "100–200 µs, 6–20%; 0.75–0.80×"  # (N = 2048 is below the range: left out)
+
+
+def test_no_line_without_both_rows():
+    speed = _rows({(False, 4096): {"ours-fp8-block": 0.8, "ours-fa3": 1.3}})
+    assert summary._e2e_time(speed, ["ours-fa3"]) == []
