@@ -149,6 +149,27 @@ def test_non_finite_inputs_are_counted_not_hidden(value, device):
         fp8.quantize_qkv(x, x, x, "block", blocks=(16, 16), check_finite=True)
 
 
+@pytest.mark.parametrize("granularity", ["block", "head", "tensor"])
+def test_non_finite_inputs_in_a_chunked_block(granularity, device):
+    """A block walked in chunks (d = 128: 16 rows at a time, ``_tiling``) counts a NaN in any chunk once, and
+    its group's scale says so; the blocks around it keep theirs."""
+    assert fp8_quant._tiling(128, 128, False)[0] < 128  # (the case this test is about)
+    (x,) = random_tensors([(1, 2, 300, 128)], F16, device, seed=4)
+    x[0, 0, 128 + 77, 5] = float("nan")  # block 1, in its fifth chunk
+    got = fp8_quant.quantize(x, granularity, 128)
+    assert int(got.nonfinite.item()) == 1
+    scale = got.scale.cpu()
+    if granularity == "block":
+        assert not torch.isfinite(scale[0, 0, 1]) and torch.isfinite(scale[0, 0, [0, 2]]).all()
+        assert torch.isfinite(scale[0, 1]).all()
+    elif granularity == "head":
+        assert not torch.isfinite(scale[0, 0]) and torch.isfinite(scale[0, 1])
+    else:
+        assert not torch.isfinite(scale)
+    x8 = got.x8.cpu().float()
+    assert torch.isnan(x8[0, 0, 128 + 77, 5]) and torch.isfinite(x8[0, 1]).all()
+
+
 def test_empty_tensors(device):
     for shape in ((1, 2, 0, 32), (0, 2, 5, 32)):
         x = torch.zeros(shape, device=device, dtype=F16)
