@@ -390,6 +390,11 @@ def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
 FP8_KEY_GROUP = 32
 
 
+def _fp8_width(n: int) -> int:
+    """Columns of the FP8 V layout for ``n`` keys: rounded up to whole groups."""
+    return triton.cdiv(n, FP8_KEY_GROUP) * FP8_KEY_GROUP
+
+
 def fp8_key_slots(n: int, device=None) -> torch.Tensor:
     """The column of each of ``n`` keys in the FP8 kernel's V layout (int64, a permutation within every
     ``FP8_KEY_GROUP`` keys)."""
@@ -415,14 +420,13 @@ class FP8Values(typing.NamedTuple):
 def fp8_values(v8: torch.Tensor) -> FP8Values:
     """``v8`` ``[B, H_kv, N, d]`` e4m3 (any strides) copied into the FP8 kernel's layout (``FP8Values``)."""
     b, h, n, d = v8.shape
-    width = triton.cdiv(n, FP8_KEY_GROUP) * FP8_KEY_GROUP
-    data = torch.zeros((b, h, d, width), device=v8.device, dtype=torch.uint8)
+    data = torch.zeros((b, h, d, _fp8_width(n)), device=v8.device, dtype=torch.uint8)
     data[..., fp8_key_slots(n, v8.device)] = v8.view(torch.uint8).transpose(-1, -2)
     return FP8Values(data.view(v8.dtype), n)
 
 
 def _check_fp8_values(v: FP8Values, seqlen_k: int) -> None:
-    width = triton.cdiv(seqlen_k, FP8_KEY_GROUP) * FP8_KEY_GROUP
+    width = _fp8_width(seqlen_k)
     data = v.data
     if v.seqlen != seqlen_k or data.dim() != 4 or data.shape[-1] != width or data.stride(-1) != 1:
         raise ValueError(f"v is FP8Values of {v.seqlen} keys, data {tuple(data.shape)}: expected {seqlen_k} keys "
