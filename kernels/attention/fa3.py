@@ -48,6 +48,8 @@ __all__ = [
     "fp8_values",
     "fp8_key_slots",
     "FP8_KEY_GROUP",
+    "FP8_ROW_SUMS_ON_MMA",
+    "fp8_row_sums",
     "scale_strides",
     "default_config",
     "last_config",
@@ -184,9 +186,9 @@ def last_config() -> tuple[FA3Config, Schedule] | None:
     return _LAST_CONFIG[0]
 
 
-def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, producer_regs: int | None = None,
-                          fp8: bool = False, p_scale: float = 1.0, q_block: int | None = None,
-                          kv_block: int | None = None) -> tuple[dict, dict]:  # fmt: skip
+def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, head_dim: int,
+                          producer_regs: int | None = None, fp8: bool = False, p_scale: float = 1.0,
+                          q_block: int | None = None, kv_block: int | None = None) -> tuple[dict, dict]:  # fmt: skip
     """(constexprs, launch options) of one kernel variant: what ``forward`` launches, and what the compile
     tests and the compiled-kernel audit build for sm_90 without a GPU.
 
@@ -195,7 +197,8 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, p
     SM; ``setmaxnreg`` then hands the producer's share to the consumers. ``producer_regs`` (per producer
     thread) defaults to 24 with TMA (FA-3's split) and 56 for per-thread copies, which need addresses;
     the consumers get the rest, at most 240. ``fp8``: e4m3 inputs with descales, P scaled by ``p_scale``, one
-    Q descale per ``q_block`` rows and one K/V descale per ``kv_block`` keys where they are per block."""
+    Q descale per ``q_block`` rows and one K/V descale per ``kv_block`` keys where they are per block, the row
+    sums on the tensor cores where ``fp8_row_sums(head_dim, schedule.tma)`` says so."""
     consumers = config.num_consumers if schedule.warp_specialize else 1
     warps = 4 * (1 + config.num_consumers) if schedule.warp_specialize else 4 * config.num_consumers
     cap = min(255, _REGISTERS_PER_SM // (32 * warps)) // 8 * 8
@@ -208,6 +211,7 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, p
         PINGPONG=schedule.pingpong and config.num_consumers == 2, OVERLAP=schedule.overlap, USE_TMA=schedule.tma,
         CONSUMER_REGS=consumer_regs, IS_FP8=bool(fp8), P_SHIFT=float(math.log2(p_scale)) if fp8 else 0.0,
         Q_BLOCK=q_block or _ROWS_PER_CONSUMER, KV_BLOCK=kv_block or config.block_n,
+        SUMS_ON_MMA=bool(fp8) and fp8_row_sums(head_dim, schedule.tma) == "p8",
     )  # fmt: skip
     options = dict(num_warps=4, maxnreg=cap) if schedule.warp_specialize else dict(num_warps=warps)
     return constexprs, options
@@ -356,7 +360,7 @@ def _launch(q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_sca
 
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
-    constexprs, options = kernel_specialisation(config, schedule, causal, fp8=fp8 is not None, p_scale=p_scale,
+    constexprs, options = kernel_specialisation(config, schedule, causal, d, fp8=fp8 is not None, p_scale=p_scale,
                                                 q_block=q_block, kv_block=kv_block)  # fmt: skip
     rows = q_tile_rows(config, schedule)
     q, q_desc = _descriptor(q, [rows, d])
@@ -388,6 +392,17 @@ def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
 # (``fp8_key_slots``), so the product is unchanged. The kernel reinterprets P's registers that way
 # (``fa3_kernels._p_fp8``); the fused quantiser writes V so (``fp8_quant.quantize(..., interleave=True)``).
 FP8_KEY_GROUP = 32
+# head dims whose FP8 kernel takes the row sums on the tensor cores (P · 1, an 8-column accumulator), ℓ the
+# sum of the rounded P, with TMA and with per-thread copies. Elsewhere the accumulator's registers make the
+# consumers spill (d = 256; d = 128 without TMA, whose producer keeps 56 registers a thread for addresses,
+# leaving the consumers 224), and ℓ sums the fp32 P.
+FP8_ROW_SUMS_ON_MMA = {True: (64, 128), False: (64,)}
+
+
+def fp8_row_sums(head_dim: int, tma: bool = True) -> str:
+    """What the FP8 kernel's ℓ sums at ``head_dim`` (``tma``: the schedule's loads): ``"p8"`` (the rounded P
+    that multiplies V) or ``"p"`` (the fp32 P): ``fp8.emulate``'s ``row_sums``."""
+    return "p8" if head_dim in FP8_ROW_SUMS_ON_MMA[bool(tma)] else "p"
 
 
 def _fp8_width(n: int) -> int:

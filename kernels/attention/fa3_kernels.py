@@ -22,7 +22,11 @@ P V without moving between threads (``_p_fp8``). P stays fp32 until just before 
 would live in byte-sized registers and be re-packed every tile. P is multiplied by ``2^P_SHIFT`` (FP8's P
 scale, folded into the exponent) before its conversion, a per-tile V scale is folded into the rescaling of
 O (O is kept in units of the last tile's V scale), so the P V product still accumulates in place, and each
-tile's descales are loaded a tile ahead.
+tile's descales are loaded a tile ahead. Where registers allow (``fa3.fp8_row_sums``) the row sums ℓ are
+the tensor cores' too: with P V, on the same operand, P · 1 against an 8 × BLOCK_N tile of e4m3 ones in
+shared memory (an 8-column accumulator, every column a row's sum, added to ℓ in fp32). So ℓ sums the
+rounded P that multiplies V, and the softmax adds nothing per element (``fp8.emulate(..., row_sums="p8")``
+is its reference).
 
 Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
 """
@@ -51,6 +55,10 @@ def _mma_layout(num_warps, n, k_width_bits):
     # wgmma's accumulator: 16-row slabs per warp, a warpgroup covers 64 rows; K per instruction = 256 bits
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                      instr_shape=[16, n, 256 // k_width_bits])  # fmt: skip
+
+
+# e4m3's 1.0 as a byte: sign 0, exponent 0111 (the bias), mantissa 000
+_E4M3_ONE = gl.constexpr(0x38)
 
 
 @gluon.constexpr_function
@@ -149,7 +157,7 @@ def _masked(s, rows, n0, seqlen_k, causal_off, IS_CAUSAL: gl.constexpr, layout: 
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, scale, P_SHIFT: gl.constexpr):
+def _softmax_step(s, m_i, l_i, scale, P_SHIFT: gl.constexpr, ROW_SUM: gl.constexpr = True):
     """One tile of the online softmax in the log2 domain: (P, new row max, new row sum, rescale factor).
 
     ``scale`` holds each row's factor from raw scores to the log2 domain (sm_scale · log2 e, times the
@@ -161,7 +169,10 @@ def _softmax_step(s, m_i, l_i, scale, P_SHIFT: gl.constexpr):
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_use)
     p = gl.exp2(s * gl.expand_dims(scale, 1) - gl.expand_dims(m_use - P_SHIFT, 1))
-    l_new = l_i * alpha + gl.sum(p, axis=1)
+    if ROW_SUM:
+        l_new = l_i * alpha + gl.sum(p, axis=1)
+    else:  # (FP8: the tensor cores take the row sums, of the P they multiply)
+        l_new = l_i
     return p, m_new, l_new, alpha
 
 
@@ -185,6 +196,17 @@ def _p_fp8(p, layout: gl.constexpr):
     q = gl.reshape(q, [M, N])
     q = gl.convert_layout(q, layout, assert_trivial=True)
     return gl.inline_asm_elementwise(_E4M3X4, "=r,r,r,r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _issue_row_sums(p_op, ones_smem, l_i):
+    """One tile's row sums of P (the operand P V multiplies), P · 1 on the tensor cores, asynchronously, in a
+    fresh accumulator like ``l_i``: the caller adds them to ℓ after the wait. (ℓ is not carried in the MMA's
+    accumulator across tiles: the FP8 tensor cores add into it with fewer bits than fp32, and over thousands
+    of keys the running sum drifted.)"""
+    layout: gl.constexpr = l_i.type.layout
+    return warpgroup_mma(p_op, ones_smem.permute((1, 0)), gl.zeros(l_i.shape, gl.float32, layout), use_acc=False,
+                         is_async=True)  # fmt: skip
 
 
 @gluon.jit
@@ -221,7 +243,7 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
     q_desc, k_desc, v_desc, o_desc = descs
     q_ptr, k_ptr, v_ptr = ptrs
     stride_qn, stride_kn, stride_vn = strides
-    q_smem, k_smem, v_smem, o_smem = smem
+    q_smem, k_smem, v_smem, o_smem, ones_smem = smem
     q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -265,7 +287,7 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
 def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k, causal_off,
                    row_scale, C: gl.constexpr, WARP_SPECIALIZE: gl.constexpr, PINGPONG: gl.constexpr,
                    OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, MASKED: gl.constexpr, IS_FP8: gl.constexpr,
-                   P_SHIFT: gl.constexpr, KV_BLOCK: gl.constexpr):  # fmt: skip
+                   P_SHIFT: gl.constexpr, KV_BLOCK: gl.constexpr, SUM_MMA: gl.constexpr):  # fmt: skip
     """Tile j of a consumer: issue S_j = Q K_jᵀ, rescale O by tile j-1's factor while it runs, issue
     O += P_{j-1} V_{j-1}, then the softmax of S_j.
 
@@ -275,7 +297,7 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     P_j in fp32 to the next tile and converts it as that tile issues P_j V_j (``_pv_a``)."""
     m_i, l_i, acc, p, alpha, vs_prev, turn_phase, k_scale, v_scale = state
     q_desc, k_desc, v_desc, o_desc = descs
-    q_smem, k_smem, v_smem, o_smem = smem
+    q_smem, k_smem, v_smem, o_smem, ones_smem = smem
     q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
     ks_ptr, vs_ptr, stride_ksblk, stride_vsblk = scales
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -295,14 +317,21 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     # O is kept in units of the last V tile's scale: the factor carries the change of scale too
     acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
     mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-    acc = warpgroup_mma(_pv_a(p, p_layout, IS_FP8), _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
+    a_op = _pv_a(p, p_layout, IS_FP8)
+    acc = warpgroup_mma(a_op, _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
+    if SUM_MMA:  # the row sums of the P that P V multiplies, on the tensor cores: ℓ ← ℓ · α + P · 1
+        l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout)), 1)
+        l_tile = _issue_row_sums(a_op, ones_smem, l_i)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - C))
     # the next tile's descales, a tile ahead: their loads' latency hides behind this tile's softmax
     k_next = _tile_scale(ks_ptr, j + 1, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
     v_next = _tile_scale(vs_ptr, j, n_tiles, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
-    if OVERLAP:
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    if OVERLAP:  # (P V's group still outstanding, and the row sums')
+        s = warpgroup_mma_wait(num_outstanding=2 if SUM_MMA else 1, deps=(s_tok,))
+    elif SUM_MMA:
+        s, acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc, l_tile))
+        l_i = l_i + l_tile
     elif IS_FP8:  # (the wait's lowering keeps 16- and 32-bit values alive, not e4m3 ones: ptxas guards P's)
         s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc))
     else:
@@ -311,9 +340,12 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
         mbarrier.arrive(k_empty.index(slot))
     if MASKED:
         s = _masked(s, rows, j * BLOCK_N, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT)
+    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUM_MMA)
     p_next = _p_operand(p_new, p)
-    if OVERLAP and IS_FP8:
+    if OVERLAP and SUM_MMA:
+        acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(acc, l_tile))
+        l_i = l_i + l_tile
+    elif OVERLAP and IS_FP8:
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     elif OVERLAP:
         acc, p, p_next = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p, p_next))
@@ -330,13 +362,14 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
 def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
               C: gl.constexpr, NUM_CONSUMERS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_FP8: gl.constexpr,
-              P_SHIFT: gl.constexpr, Q_BLOCK: gl.constexpr, KV_BLOCK: gl.constexpr):  # fmt: skip
+              P_SHIFT: gl.constexpr, Q_BLOCK: gl.constexpr, KV_BLOCK: gl.constexpr,
+              SUM_MMA: gl.constexpr):  # fmt: skip
     """Q Kᵀ, the online softmax and P V for this consumer's rows; then O and the logsumexp out.
 
     With WARP_SPECIALIZE: consumer C of NUM_CONSUMERS, the producer fills the ring. Without: the only
     partition, every row of the CTA, issuing its own TMA loads NUM_STAGES tiles ahead."""
     q_desc, k_desc, v_desc, o_desc = descs
-    q_smem, k_smem, v_smem, o_smem = smem
+    q_smem, k_smem, v_smem, o_smem, ones_smem = smem
     q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
     qs_ptr, ks_ptr, vs_ptr, stride_qsblk, stride_ksblk, stride_vsblk = scales
     tile_scales = (ks_ptr, vs_ptr, stride_ksblk, stride_vsblk)
@@ -373,7 +406,10 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
     mbarrier.wait(q_bars.index(C), 0)
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-    l_i = gl.zeros([ROWS], gl.float32, row_layout)
+    if SUM_MMA:  # every column of a row holds its sum
+        l_i = gl.zeros([ROWS, 8], gl.float32, _mma_layout(num_warps, 8, bits))
+    else:
+        l_i = gl.zeros([ROWS], gl.float32, row_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
     if IS_FP8:
         p = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
@@ -398,7 +434,7 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
             mbarrier.arrive(k_empty.index(0))
         if n_full == 0:
             s = _masked(s, rows, 0, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT)
+        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUM_MMA)
         p = _p_operand(p_new, p)
 
     # Tiles 1 … n_full-1 need no mask, the rest (the causal diagonal, the sequence's end) do.
@@ -408,11 +444,11 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
     for j in range(1, n_full):
         state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
                                causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, False,
-                               IS_FP8, P_SHIFT, KV_BLOCK)  # fmt: skip
+                               IS_FP8, P_SHIFT, KV_BLOCK, SUM_MMA)  # fmt: skip
     for j in range(gl.maximum(n_full, 1), n_tiles):
         state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
                                causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, True,
-                               IS_FP8, P_SHIFT, KV_BLOCK)  # fmt: skip
+                               IS_FP8, P_SHIFT, KV_BLOCK, SUM_MMA)  # fmt: skip
     m_i, l_i, acc, p, alpha, vs_prev, turn_phase, _, v_scale = state  # v_scale: the last tile's
 
     # The last P V product.
@@ -422,10 +458,17 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
         if PINGPONG:
             mbarrier.wait(turn.index(C), turn_phase)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
-        acc = warpgroup_mma(_pv_a(p, p_layout, IS_FP8), _v_operand(v_smem.index(last), V_T), acc, is_async=True)
+        a_op = _pv_a(p, p_layout, IS_FP8)
+        acc = warpgroup_mma(a_op, _v_operand(v_smem.index(last), V_T), acc, is_async=True)
+        if SUM_MMA:
+            l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout)), 1)
+            l_tile = _issue_row_sums(a_op, ones_smem, l_i)
         if PINGPONG:
             mbarrier.arrive(turn.index(1 - C))
-        if IS_FP8:
+        if SUM_MMA:
+            acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(acc, l_tile))
+            l_i = l_i + l_tile
+        elif IS_FP8:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         else:
             acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
@@ -433,6 +476,8 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
             mbarrier.arrive(v_empty.index(last))
         vs_prev = v_scale
 
+    if SUM_MMA:
+        l_i = gl.convert_layout(gl.max(l_i, axis=1), row_layout)
     # O = acc / ℓ (FP8: times the V scale O is in units of; P's scale is in ℓ too) through shared memory
     # (16-bit: Q's, no longer read) and TMA; the logsumexp per row (P's scale taken out).
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -477,6 +522,7 @@ def _fa3_fwd_kernel(
     P_SHIFT: gl.constexpr = 0.0,  # FP8: P is computed times 2^P_SHIFT (its scale before the e4m3 cast)
     Q_BLOCK: gl.constexpr = 64,  # query rows per Q descale factor (per-block scales; a multiple of BLOCK_M)
     KV_BLOCK: gl.constexpr = 128,  # keys per K/V descale factor (per-block scales; a multiple of BLOCK_N)
+    SUMS_ON_MMA: gl.constexpr = False,  # FP8: the row sums on the tensor cores, P · 1 (``fa3.fp8_row_sums``)
 ):  # fmt: skip
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
@@ -522,7 +568,17 @@ def _fa3_fwd_kernel(
         mbarrier.init(turn.index(i), count=1)
 
     descs = (q_desc, k_desc, v_desc, o_desc)
-    smem = (q_smem, k_smem, v_smem, o_smem)
+    if SUMS_ON_MMA:  # the B operand of the row sums' product P · 1 (K-major, as V's)
+        ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, BLOCK_N], dtype)
+        ones_smem = gl.allocate_shared_memory(dtype, [8, BLOCK_N], ones_layout)
+        fill: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [gl.num_warps(), 1], [1, 0])
+        # (written as bits: converted from an fp32 1.0, half of each word's bytes came out garbage)
+        ones_smem.store(gl.full([8, BLOCK_N], _E4M3_ONE, gl.uint8, fill).to(dtype, bitcast=True))
+        fence_async_shared()
+        gl.thread_barrier()
+    else:
+        ones_smem = o_smem
+    smem = (q_smem, k_smem, v_smem, o_smem, ones_smem)
     bars = (q_bars, k_ready, v_ready, k_empty, v_empty, turn)
     scales = (qs_ptr + b.to(gl.int64) * stride_qsb + h.to(gl.int64) * stride_qsh,
               ks_ptr + b.to(gl.int64) * stride_ksb + h_kv.to(gl.int64) * stride_ksh,
@@ -542,10 +598,10 @@ def _fa3_fwd_kernel(
                                  USE_TMA, NUM_CONSUMERS, IS_CAUSAL, IS_FP8)),
                     (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
                                  qk_scale, 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
-                                 P_SHIFT, Q_BLOCK, KV_BLOCK)),
+                                 P_SHIFT, Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)),
                     (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
                                  qk_scale, 1, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
-                                 P_SHIFT, Q_BLOCK, KV_BLOCK)),
+                                 P_SHIFT, Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)),
                 ],
                 [4, 4], [CONSUMER_REGS, CONSUMER_REGS],
             )  # fmt: skip
@@ -556,11 +612,11 @@ def _fa3_fwd_kernel(
                                  USE_TMA, NUM_CONSUMERS, IS_CAUSAL, IS_FP8)),
                     (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
                                  qk_scale, 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
-                                 P_SHIFT, Q_BLOCK, KV_BLOCK)),
+                                 P_SHIFT, Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)),
                 ],
                 [4], [CONSUMER_REGS],
             )  # fmt: skip
     else:
         _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
                   0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8, P_SHIFT,
-                  Q_BLOCK, KV_BLOCK)  # fmt: skip
+                  Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)  # fmt: skip

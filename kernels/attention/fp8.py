@@ -6,7 +6,9 @@ FP8 operands: S = Q₈ K₈ᵀ with fp32 accumulation, multiplied by the Q and K
 P = exp2(S - m) ∈ [0, 1] multiplied by ``P_SCALE`` = 256 (a power of two, so exactly) and converted to
 e4m3, which keeps P's small entries out of e4m3's subnormal range down to 2⁻¹⁴ instead of 2⁻⁶, then
 O += P₈ V₈ with fp32 accumulation, times the V descale factor. The row sum ℓ is taken from the fp32 P
-before rounding, as FlashAttention-3 does. Output in bfloat16 or float16.
+before rounding, as FlashAttention-3 does; the FA-3 kernel (``kernel="fa3"``) takes it from the rounded P₈
+at head dims 64 and 128, where its tensor cores sum the P they multiply (``fa3.fp8_row_sums``). Output in
+bfloat16 or float16.
 
 Quantisation (``quantize``, ``dequantize``): x ≈ x₈ · scale, scale = amax / 448 (e4m3's largest finite
 value) over the granularity's group, fp32; a group that is all zeros gets scale 1; x / scale is clamped to
@@ -709,12 +711,17 @@ def emulate(
     kv_block=None,
     block_n=16,
     p_scale=P_SCALE,
+    row_sums="p",
 ) -> torch.Tensor:
     """The kernel's arithmetic in float64 torch: dequantised Q, K, V; the online softmax over ``block_n``-key
     tiles in order, with P · p_scale rounded to e4m3 (torch's cast) at each tile's running max; ℓ from the
-    unrounded P. Differs from the kernel by fp32-vs-float64 rounding, which now and then moves an element
-    of P across an e4m3 rounding boundary (a change of one e4m3 step, 2⁻³ relative, in that element).
+    unrounded P (``row_sums="p"``: the Triton kernel), or from the rounded P that multiplies V (``"p8"``: the
+    FA-3 kernel, whose tensor cores take the row sums). Differs from the kernel by fp32-vs-float64 rounding,
+    which now and then moves an element of P across an e4m3 rounding boundary (a change of one e4m3 step,
+    2⁻³ relative, in that element).
     Returns float64 ``[B, H, Nq, d]``."""
+    if row_sums not in ("p", "p8"):
+        raise ValueError(f"row_sums must be 'p' or 'p8', got {row_sums!r}")
     b, h, nq, d = q8.shape
     nk = k8.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
@@ -724,16 +731,17 @@ def emulate(
     # the reference's scores (K repeated over grouped heads, the causal mask), in log2 units as the kernel's
     s = _scores(qd, kd, causal, sm_scale, None, torch.float64).reshape(b, h, nq, nk) * _LOG2E
     vd = _values(vd, h, torch.float64).reshape(b, h, nk, d)
-    m = torch.full((b, h, nq, 1), float("-inf"), dtype=torch.float64)
-    ell = torch.zeros((b, h, nq, 1), dtype=torch.float64)
-    acc = torch.zeros((b, h, nq, d), dtype=torch.float64)
+    m = torch.full((b, h, nq, 1), float("-inf"), dtype=torch.float64, device=q8.device)
+    ell = torch.zeros((b, h, nq, 1), dtype=torch.float64, device=q8.device)
+    acc = torch.zeros((b, h, nq, d), dtype=torch.float64, device=q8.device)
     for start in range(0, nk, block_n):
         st = s[..., start : start + block_n]
         m_new = torch.maximum(m, st.amax(dim=-1, keepdim=True))
         m_use = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         p = torch.exp2(st - m_use)
         alpha = torch.exp2(m - m_use)
-        ell = ell * alpha + p.sum(dim=-1, keepdim=True)
-        acc = acc * alpha + round_p(p, p_scale) @ vd[..., start : start + block_n, :]
+        p8 = round_p(p, p_scale)
+        ell = ell * alpha + (p8 if row_sums == "p8" else p).sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p8 @ vd[..., start : start + block_n, :]
         m = m_new
     return torch.where(ell > 0, acc / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(acc))

@@ -43,7 +43,8 @@ _SCRIPT = textwrap.dedent(
         ops = code.opcodes(*loop) if loop else {}
         row.update(head_dim=d, schedule=schedule, causal=causal, fp8=fp8, loop_qgmma=ops.get("QGMMA", 0),
                    loop_hgmma=ops.get("HGMMA", 0), loop_shfl=ops.get("SHFL", 0), loop_prmt=ops.get("PRMT", 0),
-                   loop_f2fp=ops.get("F2FP", 0), ptx_mbarrier_waits=ptx.count("mbarrier.try_wait"),
+                   loop_f2fp=ops.get("F2FP", 0), loop_fadd=ops.get("FADD", 0),
+                   ptx_mbarrier_waits=ptx.count("mbarrier.try_wait"),
                    ptx_wait_one=ptx.count("wgmma.wait_group.sync.aligned 1;"))
         return row
 
@@ -124,17 +125,25 @@ def test_warpgroup_mma_issues_a_tile_in_few_instructions(variants):
         assert variants[(d, "fa3", False)]["loop_mma"] == d // 16 + block_n // 16
 
 
+def _sums_on_mma(head_dim: int, schedule: str) -> bool:
+    """Whether the FP8 kernel of ``schedule`` takes the row sums on the tensor cores at ``head_dim``."""
+    from kernels.attention import fa3
+
+    return fa3.fp8_row_sums(head_dim, fa3.schedule_of(schedule).tma) == "p8"
+
+
 @pytest.mark.parametrize("head_dim, schedule, causal", FP8_VARIANTS, ids=[f"d{d}-{s}-{'causal' if c else 'full'}"
                                                                          for d, s, c in FP8_VARIANTS])  # fmt: skip
 def test_fp8_runs_on_the_fp8_tensor_cores(fp8_variants, head_dim, schedule, causal):
-    """e4m3 inputs: every product of the hot loop a QGMMA (k = 32 per instruction, half the 16-bit count),
-    none in 16 bits; TMA where the schedule uses it (Q, K and the transposed V), the register split of warp
-    specialisation, no spills at all, within shared memory."""
+    """e4m3 inputs: every product of the hot loop a QGMMA (k = 32 per instruction, half the 16-bit count:
+    S, P V and the row sums P · 1), none in 16 bits; TMA where the schedule uses it (Q, K and the transposed
+    V), the register split of warp specialisation, no spills at all, within shared memory."""
     from kernels.attention import fa3
 
     r = fp8_variants[(head_dim, schedule, causal)]
     block_n = fa3.default_config(head_dim, fp8=True).block_n
-    assert r["loop_hgmma"] == 0 and r["loop_qgmma"] == head_dim // 32 + block_n // 32, r
+    sums = block_n // 32 if _sums_on_mma(head_dim, schedule) else 0
+    assert r["loop_hgmma"] == 0 and r["loop_qgmma"] == head_dim // 32 + block_n // 32 + sums, r
     assert r["shared_bytes"] <= HOPPER_SHARED, r
     limits = [int(x) for x in r["setmaxnreg"].split("/")]
     assert min(limits) <= 56 and max(limits) >= 224, r
@@ -150,13 +159,18 @@ def test_fp8_runs_on_the_fp8_tensor_cores(fp8_variants, head_dim, schedule, caus
                                                                          for d, s, c in FP8_VARIANTS])  # fmt: skip
 def test_fp8_p_reaches_its_product_without_moving(fp8_variants, head_dim, schedule, causal):
     """P from the S accumulator to the A operand of P V (V in ``fa3.FP8Values``' key order): no value
-    crosses threads (the only shuffles in the loop are the row max and sum over a row's 4 threads: 2 rows ×
-    2 steps × 2), each pair of P converted by one F2FP and each operand register assembled by at most one
-    PRMT (P is BLOCK_N / 2 values a thread, in BLOCK_N / 8 registers of four e4m3)."""
+    crosses threads (the only shuffles in the loop are over a row's 4 threads: the row max's, 2 rows × 2
+    steps, and the row sum's where the loop takes it), each pair of P converted by one F2FP and each operand
+    register assembled by at most one PRMT (P is BLOCK_N / 2 values a thread, in BLOCK_N / 8 registers of four
+    e4m3). Where ``fa3.fp8_row_sums`` says, the tensor cores take the row sums (P · 1): the loop adds
+    almost nothing itself (not BLOCK_N / 2 values a thread) and shuffles for the row max only."""
     from kernels.attention import fa3
 
     r = fp8_variants[(head_dim, schedule, causal)]
     block_n = fa3.default_config(head_dim, fp8=True).block_n
-    assert r["loop_shfl"] <= 8, r
+    if _sums_on_mma(head_dim, schedule):
+        assert r["loop_shfl"] <= 4 and r["loop_fadd"] <= 8, r
+    else:
+        assert r["loop_shfl"] <= 8, r
     assert r["loop_f2fp"] == block_n // 4, r
     assert r["loop_prmt"] <= block_n // 8, r

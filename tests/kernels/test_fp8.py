@@ -230,13 +230,20 @@ def _tiles(kernel: str, head_dim: int) -> tuple[int, int, int]:
     return q_block, kv_block, block_n
 
 
-def _check_against_emulation(name, out, quantised, tiles, causal, p_scale=fp8.P_SCALE):
+def _row_sums(kernel: str, head_dim: int, schedule: str = "fa3") -> str:
+    """What ``kernel``'s ℓ sums (``fp8.emulate``'s ``row_sums``; the FA-3 kernel's depends on its loads)."""
+    return fa3.fp8_row_sums(head_dim, fa3.schedule_of(schedule).tma) if kernel == "fa3" else "p"
+
+
+def _check_against_emulation(name, out, quantised, tiles, causal, p_scale=fp8.P_SCALE, kernel="triton",
+                             schedule="fa3"):  # fmt: skip
     """Checks 1 and 3 of the module docstring; returns the emulation (float64, on the CPU). ``tiles``:
-    (q_block, kv_block, block_n) of the scales and the kernel's online softmax (``_tiles``)."""
+    (q_block, kv_block, block_n) of the scales and the kernel's online softmax (``_tiles``); ``kernel``: which
+    ran, ``schedule`` the FA-3 kernel's (which may take ℓ from the rounded P, ``_row_sums``)."""
     q8, k8, v8, qs, ks, vs = (t.cpu() for t in quantised)
     q_block, kv_block, block_n = tiles
     emu = fp8.emulate(q8, k8, v8, qs, ks, vs, causal, q_block=q_block, kv_block=kv_block, block_n=block_n,
-                      p_scale=p_scale)  # fmt: skip
+                      p_scale=p_scale, row_sums=_row_sums(kernel, q8.shape[-1], schedule))  # fmt: skip
     out_rel = 2.0**-9 if out.dtype == F16 else 2.0**-6
     out = out.cpu().double()
     v_max = fp8.dequantize(v8, vs, kv_block).abs().max().item()
@@ -282,7 +289,7 @@ def test_attention_matches_emulation_and_float64(case, kernel, device):
     assert out.shape == q.shape and out.dtype == dtype
     tiles = _tiles(kernel, d)
     quantised = fp8.quantize_qkv(q, k, v, granularity, blocks=tiles[:2])
-    emu = _check_against_emulation(name, out, quantised, tiles, causal)
+    emu = _check_against_emulation(name, out, quantised, tiles, causal, kernel=kernel)
     # check 2: the tolerance policy, with the emulation as the same-precision computation
     ref = reference.reference_attention(q.cpu(), k.cpu(), v.cpu(), causal)
     tolerance.assert_close(f"out {name}", out.cpu(), ref, emu, dtype)
@@ -299,7 +306,7 @@ def test_rotated_attention(kernel, device):
     out = fp8.attention(q, k, v, causal=True, granularity="tensor", rotate=True, kernel=kernel)
     tiles = _tiles(kernel, 64)
     quantised = fp8.quantize_qkv(q, k, v, "tensor", blocks=tiles[:2], rotate=True)
-    emu = _check_against_emulation(f"{kernel} rotated f16", out, quantised, tiles, True)
+    emu = _check_against_emulation(f"{kernel} rotated f16", out, quantised, tiles, True, kernel=kernel)
     ref = reference.reference_attention(q.cpu(), k.cpu(), v.cpu(), True)
     tolerance.assert_close("out rotated f16", out.cpu(), ref, emu, F16)
 
@@ -317,11 +324,12 @@ def test_mixed_granularities_and_coarser_blocks(kernel, device):
     out = fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, q_block=qb, kv_block=kvb, out_dtype=F16,
                                 kernel=kernel)  # fmt: skip
     quantised = (q8, k8, v8, qs, ks, vs)
-    _check_against_emulation(f"{kernel} mixed f16", out, quantised, (qb, kvb, block_n), True)
+    _check_against_emulation(f"{kernel} mixed f16", out, quantised, (qb, kvb, block_n), True, kernel=kernel)
     # and per-tensor K scales given as a 0-d tensor, V per head
     (k8, ks), (v8, vs) = fp8.quantize(k, "tensor"), fp8.quantize(v, "head")
     out = fp8.forward_quantized(q8, k8, v8, qs, ks, vs, q_block=qb, out_dtype=F16, kernel=kernel)
-    _check_against_emulation(f"{kernel} mixed2 f16", out, (q8, k8, v8, qs, ks, vs), (qb, kvb, block_n), False)
+    _check_against_emulation(f"{kernel} mixed2 f16", out, (q8, k8, v8, qs, ks, vs), (qb, kvb, block_n), False,
+                             kernel=kernel)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -335,9 +343,11 @@ def test_p_scale_is_a_choice_and_matches_emulation(p_scale, kernel, device):
     quantised = fp8.quantize_qkv(q, k, v, "block", blocks=(q_block, kv_block))
     out = fp8.forward_quantized(*quantised, causal=True, out_dtype=F16, p_scale=p_scale, kernel=kernel)
     q8, k8, v8, qs, ks, vs = (t.cpu() for t in quantised)
+    sums = _row_sums(kernel, 64)
     emu = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n,
-                      p_scale=p_scale)  # fmt: skip
-    emu256 = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n)
+                      p_scale=p_scale, row_sums=sums)  # fmt: skip
+    emu256 = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n,
+                         row_sums=sums)  # fmt: skip
     err, rms = tolerance.error_stats(out.cpu(), emu)
     _, rms256 = tolerance.error_stats(out.cpu(), emu256)
     v_max = fp8.dequantize(v8, vs, kv_block).abs().max().item()  # an element of P rounded one e4m3 step off
@@ -395,12 +405,33 @@ def test_fa3_schedules_agree_with_emulation(head_dim, schedule):
     tiles = _tiles("fa3", head_dim)
     quantised = fp8.quantize_qkv(q, k, v, "block", blocks=tiles[:2])
     out = fp8.forward_quantized(*quantised, causal=True, kernel="fa3", schedule=schedule)
-    _check_against_emulation(f"fa3 {schedule} d{head_dim}", out, quantised, tiles, True)
+    _check_against_emulation(f"fa3 {schedule} d{head_dim}", out, quantised, tiles, True, kernel="fa3",
+                             schedule=schedule)  # fmt: skip
     full = fp8.forward_quantized(*quantised, causal=False, kernel="fa3", schedule=schedule)
-    _check_against_emulation(f"fa3 {schedule} d{head_dim} full", full, quantised, tiles, False)
+    _check_against_emulation(f"fa3 {schedule} d{head_dim} full", full, quantised, tiles, False, kernel="fa3",
+                             schedule=schedule)  # fmt: skip
     # V quantised straight into the kernel's layout (1537 keys: padded to 1568 with zeros): the same output
     fused = fp8.quantize_qkv(q, k, v, "block", blocks=tiles[:2], fa3_layout=True)
     assert torch.equal(out, fp8.forward_quantized(*fused, causal=True, kernel="fa3", schedule=schedule))
+
+
+def test_emulation_takes_the_row_sums_either_way(device):
+    """``row_sums``: ℓ from the unrounded P (the Triton kernel) or from the rounded P that multiplies V (the
+    FA-3 kernel): two references that differ by P's rounding alone, both near float64; a third is refused."""
+    q, k, v = random_tensors([(1, 2, 70, 64), (1, 2, 90, 64), (1, 2, 90, 64)], torch.float32, device, seed=3)
+    quantised = fp8.quantize_qkv(q, k, v, "block", blocks=(16, 16))
+    q8, k8, v8, qs, ks, vs = quantised
+    common = dict(q_block=16, kv_block=16, block_n=16)
+    p_sums = fp8.emulate(q8, k8, v8, qs, ks, vs, True, **common)
+    p8_sums = fp8.emulate(q8, k8, v8, qs, ks, vs, True, row_sums="p8", **common)
+    deq = [fp8.dequantize(t, sc, 16).double() for t, sc in ((q8, qs), (k8, ks), (v8, vs))]
+    exact = reference.reference_attention(*deq, True)
+    v_max = deq[2].abs().max().item()
+    assert 0 < (p_sums - p8_sums).abs().max().item() <= 2.0**-4 * v_max
+    for emu in (p_sums, p8_sums):
+        assert (emu - exact).abs().max().item() <= 2.0**-4 * v_max
+    with pytest.raises(ValueError, match="row_sums must be 'p' or 'p8'"):
+        fp8.emulate(q8, k8, v8, qs, ks, vs, True, row_sums="v", **common)
 
 
 def test_unscaled_control_saturates():

@@ -48,7 +48,8 @@ def fa3_kernel(head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", p
 
     sched = fa3.schedule_of(schedule)
     config = fa3.default_config(head_dim, fp8)
-    constexprs, options = fa3.kernel_specialisation(config, sched, causal, producer_regs, fp8=fp8, p_scale=256.0)
+    constexprs, options = fa3.kernel_specialisation(config, sched, causal, head_dim, producer_regs, fp8=fp8,
+                                                    p_scale=256.0)  # fmt: skip
     out_name, out_gl = _DTYPES[dtype], fa3.gl_dtype(getattr(torch, dtype))
     name, gdt = ("fp8e4nv", gl.float8e4nv) if fp8 else (out_name, out_gl)
 
