@@ -75,6 +75,19 @@ def preload_family(family: str) -> None:
         raise RuntimeError(f"importing the {family} family's measuring code started CUDA; it must not")
 
 
+def _same_measured_code(recorded: dict, env: dict, env_json) -> None:
+    """A job's rows carry its result set's provenance: refuse to measure when the measured code on disk is not
+    what ``environment.json`` recorded (edited after the environment step)."""
+    if "measured_code" not in recorded:
+        return
+    from analysis.core.provenance import code_changes
+
+    differ = code_changes(recorded["measured_code"], env["measured_code"])
+    if differ:
+        raise RuntimeError(f"the measured code changed since {env_json} was written ({', '.join(differ[:8])}): "
+                           "delete it, and the workflow records the code that runs before measuring it")  # fmt: skip
+
+
 def run_shard(family: str, fields: dict, out_csv: str | Path, *, env_json: str | Path | None = None,
               files: str | Path | None = None, check: bool = False) -> pd.DataFrame:  # fmt: skip
     """Measure one shard of ``family`` and write its rows to ``out_csv`` (a CSV of the family's table).
@@ -95,7 +108,9 @@ def run_shard(family: str, fields: dict, out_csv: str | Path, *, env_json: str |
             torch.set_num_threads(1)
         env, device = environment(), "cpu"
     else:
-        env = check_gpu(validate.read_environment(env_json)["gpu"])
+        recorded = validate.read_environment(env_json)
+        env = check_gpu(recorded["gpu"])
+        _same_measured_code(recorded, env, env_json)
         device = "cpu" if env["gpu"] == CPU_SLUG else "cuda"
     spec = fam.plan.spec(fields)
     log.info("shard %s of %s: %d points", Path(out_csv).stem, family, spec.points())

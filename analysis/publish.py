@@ -12,8 +12,9 @@ edited after the run. A result set's ``summary.md`` is derived from its tables, 
 (rule ``summary`` writes it beside them). It refuses to publish a table whose rows name another GPU type,
 or a mix of commits unless ``--allow-mixed`` is given (a run resumed after a commit): then the manifest
 lists the rows per commit and every file under the measured code (``MEASURED_CODE``) that differs between
-those commits, from ``git diff``, so that a reader can judge whether the rows are comparable. Everything is
-checked before anything is written.
+those commits, from ``git diff``, so that a reader can judge whether the rows are comparable. It refuses a run
+whose measured code, as ``environment.json`` records it, is not its commit's (``check_measured_code``).
+Everything is checked before anything is written.
 """
 
 from __future__ import annotations
@@ -27,22 +28,11 @@ from pathlib import Path
 
 from analysis import registry
 from analysis.core import outputs, validate
-from analysis.core.provenance import now_utc
+from analysis.core.provenance import GIT_SHA_ENV, MEASURED_CODE, code_changes, measured_code_at, now_utc
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-# what a result row depends on: a difference here between two commits can change a measurement (the kernels,
-# the harness and the models it uses, the families' measuring code, the benchmark script)
-MEASURED_CODE = ["kernels", "analysis/core/harness.py", "analysis/core/flops.py", "analysis/core/models.py",
-                 "analysis/core/points.py", "analysis/families/*/run.py", "analysis/families/*/measure.py",
-                 "analysis/families/*/varlen.py", "analysis/families/*/rows.py", "analysis/families/*/target.py",
-                 "workflow/scripts/benchmark.py",
-                 # where the same code lived before the families had folders (rows of older commits)
-                 "analysis/experiments", "analysis/harness.py", "analysis/flops.py", "analysis/models.py",
-                 "workflow/scripts/attention_benchmark.py", "workflow/scripts/ops_benchmark.py"]  # fmt: skip
 
 
 def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, list[str]]:
@@ -56,6 +46,30 @@ def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, l
         ).stdout.split()  # fmt: skip
         out[f"{shas[0][:12]}..{other[:12]}"] = names
     return out
+
+
+def check_measured_code(env: dict, env_json: Path, repo: Path | None = None) -> bool:
+    """Refuse a run whose measured code is not its commit's: ``environment.json``'s ``measured_code`` (the
+    files as the run found them on disk) against ``git ls-tree`` of its ``git_sha``. This catches a commit
+    pinned through the environment that is not the code that ran, and edits made before the run but not
+    committed. True when checked; False for an environment written before the record existed."""
+    ran = env.get("measured_code")
+    if ran is None:
+        return False
+    sha = env["git_sha"].removesuffix("-dirty")
+    try:
+        committed = measured_code_at(sha, repo)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ValueError(f"{env_json}: its commit {sha!r} cannot be read from this repository ({e}); publish from "
+                         "a clone that has it") from e  # fmt: skip
+    differ = code_changes(ran, committed)
+    if differ:
+        listed = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
+        raise ValueError(
+            f"{env_json}: the measured code that ran is not commit {sha[:12]}'s ({listed} differ): a stale "
+            f"{GIT_SHA_ENV}, or edits not committed before the run; rerun from the commit"
+        )
+    return True
 
 
 def _rows_per_commit(df, gpu: str, path: Path):
@@ -99,6 +113,9 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
             "one commit (or publish with --allow-mixed, which records the rows and code changes per commit)"
         )
 
+    environment = validate.read_environment(env_json, gpu)
+    code_checked = check_measured_code(environment, env_json)
+
     out = dest / gpu
     copies = {src / f"{name}.csv": out / f"{name}.csv" for name in found}
     copies[env_json] = out / "environment.json"
@@ -125,7 +142,8 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
         "command": command,
         "rows": sum(s["rows"] for s in summaries.values()),
         "tables": summaries,
-        "environment": validate.read_environment(env_json, gpu),
+        "environment": environment,
+        "measured_code_checked": code_checked,
         "files": {str(d.relative_to(out)): _sha256(d) for d in sorted(copies.values())},
     }
     if len(shas) > 1:

@@ -8,10 +8,12 @@ the slug derived from its name (``NVIDIA H200`` → ``h200``) is the GPU-type wi
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
 import platform
 import re
 import subprocess
+from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,6 +21,17 @@ from analysis.core.paths import ROOT
 
 GIT_SHA_ENV = "KERNELS_AUDIT_GIT_SHA"  # set where the checkout has no .git (e.g. a copied tree)
 CPU_SLUG = "cpu"
+
+# what a result row depends on: a difference here between two commits can change a measurement (the kernels,
+# the harness and the models it uses, the families' measuring code, the benchmark script); folders or
+# '/'-separated patterns, of Python files
+MEASURED_CODE = ["kernels", "analysis/core/harness.py", "analysis/core/flops.py", "analysis/core/models.py",
+                 "analysis/core/points.py", "analysis/families/*/run.py", "analysis/families/*/measure.py",
+                 "analysis/families/*/varlen.py", "analysis/families/*/rows.py", "analysis/families/*/target.py",
+                 "workflow/scripts/benchmark.py",
+                 # where the same code lived before the families had folders (rows of older commits)
+                 "analysis/experiments", "analysis/harness.py", "analysis/flops.py", "analysis/models.py",
+                 "workflow/scripts/attention_benchmark.py", "workflow/scripts/ops_benchmark.py"]  # fmt: skip
 
 
 def gpu_slug(name: str) -> str:
@@ -95,6 +108,56 @@ def git_sha(repo: str | Path | None = None) -> str:
     return sha + ("-dirty" if dirty else "")
 
 
+def is_measured(path: str) -> bool:
+    """Whether the repository file ``path`` ('/'-separated, from the root) is measured code: a Python file
+    that one of ``MEASURED_CODE``'s patterns names, or under one of its folders."""
+    if not path.endswith(".py"):
+        return False
+    parts = path.split("/")
+    for pattern in MEASURED_CODE:
+        segments = pattern.split("/")
+        folder = not pattern.endswith(".py")
+        deep_enough = len(parts) > len(segments) if folder else len(parts) == len(segments)
+        head = parts[: len(segments)]
+        if deep_enough and all(fnmatchcase(part, seg) for part, seg in zip(head, segments, strict=True)):
+            return True
+    return False
+
+
+def blob_id(data: bytes) -> str:
+    """git's object id of a file with these contents (the SHA-1 of a blob), computed without git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def measured_code(root: Path = ROOT) -> dict[str, str]:
+    """{path: blob id} of the measured code as it is on disk under ``root``: what a run imports, with or
+    without a ``.git`` beside it."""
+    tops = {pattern.split("/")[0] for pattern in MEASURED_CODE}
+    files = (f for top in sorted(tops) if (root / top).is_dir() for f in (root / top).rglob("*.py"))
+    found = {f.relative_to(root).as_posix(): f for f in files if f.is_file()}
+    return {path: blob_id(found[path].read_bytes()) for path in sorted(found) if is_measured(path)}
+
+
+def measured_code_at(sha: str, repo: str | Path | None = None) -> dict[str, str]:
+    """{path: blob id} of the measured code in commit ``sha`` (``git ls-tree``)."""
+    listing = subprocess.run(
+        ["git", "ls-tree", "-r", "--full-tree", sha], cwd=Path(repo) if repo else ROOT, capture_output=True,
+        text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    out = {}
+    for line in listing.splitlines():
+        meta, path = line.split("\t", 1)
+        _, kind, obj = meta.split()
+        if kind == "blob" and is_measured(path):
+            out[path] = obj
+    return out
+
+
+def code_changes(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    """The paths whose blob differs between two ``measured_code`` records (or that only one has), sorted."""
+    return sorted(path for path in set(a) | set(b) if a.get(path) != b.get(path))
+
+
 def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -116,6 +179,7 @@ def environment() -> dict:
         "triton": triton.__version__,
         "python": platform.python_version(),
         "git_sha": git_sha(),
+        "measured_code": measured_code(),
         "timestamp": now_utc(),
         "numpy": numpy.__version__,
         "pandas": pandas.__version__,

@@ -50,6 +50,7 @@ def test_publish_copies_and_writes_a_checkable_manifest(tmp_path):
     manifest = json.loads((out / "MANIFEST.json").read_text())
     assert manifest["git_sha"] == SHA_A and manifest["rows"] == 2 and manifest["command"]
     assert "rows_per_commit" not in manifest
+    assert manifest["measured_code_checked"] is False  # an environment from before the record: not checked
     for name, digest in manifest["files"].items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     assert (out / "attention.csv").read_bytes() == (res / "h200" / "attention.csv").read_bytes()
@@ -59,6 +60,24 @@ def test_publish_copies_and_writes_a_checkable_manifest(tmp_path):
     assert (out / "figures" / "attention" / "figure.png").is_file()
     assert not (out / "summary.md").exists() and "summary.md" not in manifest["files"]  # derived, not published
     assert manifest["tables"] == {"attention": {"rows": 2, "statuses": {"ok": 2}, "rows_per_commit": {SHA_A: 2}}}
+
+
+def test_publish_refuses_a_run_whose_code_is_not_its_commits(tmp_path, monkeypatch):
+    """environment.json records the measured code as the run found it; publishing compares it with the
+    commit's (a commit pinned through the environment that is not the code that ran, or uncommitted edits)."""
+    res = _results(tmp_path, [_row(SHA_A)])
+    env_json = res / "h200" / "environment.json"
+    committed = {"kernels/attention/fa3.py": "1" * 40, "kernels/attention/fp8.py": "2" * 40}
+    asked = []
+    monkeypatch.setattr(publish, "measured_code_at", lambda sha, repo=None: asked.append(sha) or dict(committed))
+    env = json.loads(env_json.read_text())
+    env_json.write_text(json.dumps({**env, "measured_code": {**committed, "kernels/attention/fa3.py": "3" * 40}}))
+    with pytest.raises(ValueError, match=r"not commit aaaaaaaaaaaa's \(kernels/attention/fa3.py differ\)"):
+        publish.publish("h200", res, tmp_path / "ref")
+    assert asked == [SHA_A] and not (tmp_path / "ref").exists()  # refused before anything was written
+    env_json.write_text(json.dumps({**env, "git_sha": SHA_A + "-dirty", "measured_code": committed}))
+    out = publish.publish("h200", res, tmp_path / "ref")  # dirty elsewhere: the measured code is the commit's
+    assert json.loads((out / "MANIFEST.json").read_text())["measured_code_checked"] is True
 
 
 def test_publish_refuses_other_gpu_types(tmp_path):

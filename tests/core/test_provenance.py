@@ -78,6 +78,63 @@ def test_git_sha_of_a_repository(tmp_path, monkeypatch):
     assert provenance.git_sha(tmp_path) == head + "-dirty"
 
 
+@pytest.mark.parametrize(
+    "path, measured",
+    [("kernels/attention/fa3.py", True), ("kernels/attention/README.md", False), ("kernels.py", False),
+     ("analysis/families/fp8/run.py", True), ("analysis/families/fp8/sub/run.py", False),
+     ("analysis/families/fp8/claims.py", False), ("analysis/core/harness.py", True),
+     ("analysis/core/harness_notes.py", False), ("workflow/scripts/benchmark.py", True)],
+)  # fmt: skip
+def test_measured_code_is_the_python_files_the_patterns_name(path, measured):
+    assert provenance.is_measured(path) is measured
+
+
+@needs_git
+def test_measured_code_on_disk_matches_git_and_names_an_edit(tmp_path, monkeypatch):
+    """The record a run writes without git (blob ids of the files on disk) equals ``git ls-tree``'s for the
+    commit it came from, and an edit after the commit shows as that file's change."""
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c",
+                               "commit.gpgsign=false", *args], cwd=tmp_path, capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+
+    files = {"kernels/attention/k.py": "x = 1\n", "kernels/notes.md": "not code\n",
+             "analysis/families/fp8/run.py": "RUN = 'é'\n", "analysis/families/fp8/claims.py": "pass\n"}  # fmt: skip
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    on_disk = provenance.measured_code(tmp_path)
+    assert sorted(on_disk) == ["analysis/families/fp8/run.py", "kernels/attention/k.py"]
+    assert on_disk == provenance.measured_code_at("HEAD", tmp_path)
+    (tmp_path / "kernels/attention/k.py").write_text("x = 2\n")
+    (tmp_path / "kernels/attention/new.py").write_text("y = 1\n")
+    changed = provenance.code_changes(provenance.measured_code(tmp_path), provenance.measured_code_at("HEAD", tmp_path))
+    assert changed == ["kernels/attention/k.py", "kernels/attention/new.py"]
+
+
+def test_a_job_refuses_code_edited_after_the_environment_step(tmp_path):
+    """A job's rows carry its result set's provenance, so it does not measure code that environment.json
+    did not record; a set recorded before the record existed runs as before."""
+    import json
+
+    from analysis import pipeline
+
+    env = environment()
+    recorded = {**env, "measured_code": {**env["measured_code"], "kernels/attention/fa3.py": "0" * 40}}
+    env_json = tmp_path / "environment.json"
+    env_json.write_text(json.dumps(recorded))
+    with pytest.raises(RuntimeError, match=r"measured code changed since .*\(kernels/attention/fa3.py\)"):
+        pipeline.run_shard("attention", {}, tmp_path / "shard.csv", env_json=env_json)
+    assert not (tmp_path / "shard.csv").exists()
+    pipeline._same_measured_code({k: v for k, v in recorded.items() if k != "measured_code"}, env, env_json)
+
+
 @needs_git
 def test_git_sha_outside_a_repository(tmp_path, monkeypatch):
     monkeypatch.delenv(provenance.GIT_SHA_ENV, raising=False)
@@ -95,6 +152,7 @@ def test_environment_fields():
     assert re.fullmatch(r"\d+\.\d+\.\d+", env["python"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", env["timestamp"])
     assert env["git_sha"]
+    assert "kernels/attention/fa3.py" in env["measured_code"]
 
 
 @cpu_machine_only
