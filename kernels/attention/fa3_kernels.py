@@ -199,14 +199,16 @@ def _p_fp8(p, layout: gl.constexpr):
 
 
 @gluon.jit
-def _issue_row_sums(p_op, ones_smem, l_i):
-    """One tile's row sums of P (the operand P V multiplies), P · 1 on the tensor cores, asynchronously, in a
-    fresh accumulator like ``l_i``: the caller adds them to ℓ after the wait. (ℓ is not carried in the MMA's
-    accumulator across tiles: the FP8 tensor cores add into it with fewer bits than fp32, and over thousands
-    of keys the running sum drifted.)"""
+def _issue_row_sums(p_op, ones_smem, l_i, alpha):
+    """(ℓ rescaled by the tile's factor α, the tile's row sums of P): P · 1 of the operand P V multiplies, on
+    the tensor cores, asynchronously, in a fresh accumulator like ``l_i``, for the caller to add to ℓ after
+    the wait. (ℓ is not carried in the MMA's accumulator across tiles: the FP8 tensor cores add into it with
+    fewer bits than fp32, and over thousands of keys the running sum drifted.)"""
     layout: gl.constexpr = l_i.type.layout
-    return warpgroup_mma(p_op, ones_smem.permute((1, 0)), gl.zeros(l_i.shape, gl.float32, layout), use_acc=False,
+    l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, layout)), 1)
+    sums = warpgroup_mma(p_op, ones_smem.permute((1, 0)), gl.zeros(l_i.shape, gl.float32, layout), use_acc=False,
                          is_async=True)  # fmt: skip
+    return l_i, sums
 
 
 @gluon.jit
@@ -320,8 +322,7 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     a_op = _pv_a(p, p_layout, IS_FP8)
     acc = warpgroup_mma(a_op, _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
     if SUM_MMA:  # the row sums of the P that P V multiplies, on the tensor cores: ℓ ← ℓ · α + P · 1
-        l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout)), 1)
-        l_tile = _issue_row_sums(a_op, ones_smem, l_i)
+        l_i, l_tile = _issue_row_sums(a_op, ones_smem, l_i, alpha)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - C))
     # the next tile's descales, a tile ahead: their loads' latency hides behind this tile's softmax
@@ -461,8 +462,7 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
         a_op = _pv_a(p, p_layout, IS_FP8)
         acc = warpgroup_mma(a_op, _v_operand(v_smem.index(last), V_T), acc, is_async=True)
         if SUM_MMA:
-            l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout)), 1)
-            l_tile = _issue_row_sums(a_op, ones_smem, l_i)
+            l_i, l_tile = _issue_row_sums(a_op, ones_smem, l_i, alpha)
         if PINGPONG:
             mbarrier.arrive(turn.index(1 - C))
         if SUM_MMA:

@@ -7,7 +7,7 @@ P = exp2(S - m) ∈ [0, 1] multiplied by ``P_SCALE`` = 256 (a power of two, so e
 e4m3, which keeps P's small entries out of e4m3's subnormal range down to 2⁻¹⁴ instead of 2⁻⁶, then
 O += P₈ V₈ with fp32 accumulation, times the V descale factor. The row sum ℓ is taken from the fp32 P
 before rounding, as FlashAttention-3 does; the FA-3 kernel (``kernel="fa3"``) takes it from the rounded P₈
-at head dims 64 and 128, where its tensor cores sum the P they multiply (``fa3.fp8_row_sums``). Output in
+where its tensor cores sum the P they multiply (``fa3.fp8_row_sums``, by head dim and schedule). Output in
 bfloat16 or float16.
 
 Quantisation (``quantize``, ``dequantize``): x ≈ x₈ · scale, scale = amax / 448 (e4m3's largest finite
