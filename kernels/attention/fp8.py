@@ -716,9 +716,9 @@ def emulate(
     """The kernel's arithmetic in float64 torch: dequantised Q, K, V; the online softmax over ``block_n``-key
     tiles in order, with P · p_scale rounded to e4m3 (torch's cast) at each tile's running max; ℓ from the
     unrounded P (``row_sums="p"``: the Triton kernel), or from the rounded P that multiplies V (``"p8"``: the
-    FA-3 kernel, whose tensor cores take the row sums). Differs from the kernel by fp32-vs-float64 rounding,
-    which now and then moves an element of P across an e4m3 rounding boundary (a change of one e4m3 step,
-    2⁻³ relative, in that element).
+    FA-3 kernel where its tensor cores take the row sums, ``fa3.fp8_row_sums``). Differs from the kernel by
+    fp32-vs-float64 rounding, which now and then moves an element of P across an e4m3 rounding boundary (a
+    change of one e4m3 step, 2⁻³ relative, in that element).
     Returns float64 ``[B, H, Nq, d]``."""
     if row_sums not in ("p", "p8"):
         raise ValueError(f"row_sums must be 'p' or 'p8', got {row_sums!r}")
