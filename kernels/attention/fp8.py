@@ -516,7 +516,7 @@ def forward_quantized(
     check_scale_values: bool | None = None,
     p_scale: float = P_SCALE,
     kernel: str = "auto",
-    schedule="fa3",
+    schedule=None,
 ) -> torch.Tensor:
     """Attention of e4m3 inputs: ``softmax((q8·q_scale)(k8·k_scale)ᵀ · sm_scale) (v8·v_scale)``.
 
@@ -537,7 +537,9 @@ def forward_quantized(
             power of two from 1 (no scaling: P's small entries fall into e4m3's subnormals, the smallest
             2⁻⁹) to 256 (the default: the smallest representable P becomes 2⁻¹⁷); P · p_scale ≤ 448.
         kernel: ``"auto"`` (FA-3 on Hopper where it handles the head dim, else Triton), ``"fa3"`` or
-            ``"triton"``; schedule: the FA-3 kernel's (``fa3.SCHEDULES``: the ablation's variants).
+            ``"triton"``; schedule: the FA-3 kernel's, None for its FP8 default (``fa3.FP8_SCHEDULE``), or a
+            ``fa3.Schedule`` or name of ``fa3.SCHEDULES`` (the ablation's: FA-3's full schedule, ``"fa3"``,
+            and each technique switched off from it).
 
     Speed: FP8 wgmma needs its B operand K-major, so for P·V both kernels want V with the sequence axis
     contiguous. The FA-3 kernel reads V in a layout of its own, ``fa3.FP8Values`` (``v8`` may be one:
@@ -573,7 +575,7 @@ def forward_quantized(
         raise ValueError(f"q_block={q_block} must be a multiple of the kernel's {qb} query rows per tile")
     if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % kvb:
         raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's {kvb} keys per tile")
-    if which != "fa3" and fa3.schedule_of(schedule) != fa3.SCHEDULES["fa3"]:
+    if which != "fa3" and schedule is not None and fa3.schedule_of(schedule) != fa3.SCHEDULES["fa3"]:
         raise ValueError(f"schedule={schedule!r} switches a technique of the FA-3 kernel: it needs the FA-3 kernel "
                          f"(Hopper, head dims {fa3.HEAD_DIMS}); this call runs {which}")  # fmt: skip
     if fa3_values is not None and which != "fa3":
@@ -620,7 +622,7 @@ def attention(
     config=None,
     p_scale: float = P_SCALE,
     kernel: str = "auto",
-    schedule="fa3",
+    schedule=None,
 ) -> torch.Tensor:
     """FP8 attention of bfloat16/float16 inputs: quantise Q, K, V to e4m3, then ``forward_quantized``.
 

@@ -3,9 +3,9 @@
 What it is: x ≈ x₈ · scale with scale = amax / 448 over a group (``kernels.attention.fp8``'s granularities:
 per tensor, per (batch, head), per block of ``block`` sequence rows, or ``"none"``: scale 1), the division,
 the clamp to ±448 and the cast in one Triton kernel per tensor, the amax on the GPU. Per block, each program
-owns one block. Written row-major, it walks the block in chunks of about 2048 elements twice, for its amax
-and then to quantise (the second pass reads from L2, so the memory sees one read); written transposed, it
-holds the whole block and reads it once (``_tiling`` says why). Per head and per tensor, a first kernel takes
+owns one block and walks it twice, for its amax and then to quantise (the second pass reads from L1/L2, so
+the memory sees one read): row-major in chunks of rows, transposed in strips of columns, all the block's rows
+each (``_tiling`` says how big and why). Per head and per tensor, a first kernel takes
 each block's amax and folds it into the group's with an atomic max (on the float's bits, which order like
 the floats for non-negative values), and the second one quantises: two reads of the input, one write.
 ``transpose`` writes ``[B, H, d, N']`` instead (N' = N rounded up to 16 elements, so every row of the
@@ -78,11 +78,12 @@ def _abs_max(x):
 
 @triton.jit
 def _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
-           BLOCK_D: tl.constexpr):  # fmt: skip
-    """The given rows of one (batch, head) as fp32, zeros past the end and in the head-dim padding."""
+           BLOCK_D: tl.constexpr, COL0: tl.constexpr = 0):  # fmt: skip
+    """The given rows of one (batch, head), columns COL0 … COL0 + BLOCK_D, as fp32, zeros past the end and in
+    the head-dim padding."""
     b = (off_bh // heads).to(tl.int64)
     h = (off_bh % heads).to(tl.int64)
-    cols = tl.arange(0, BLOCK_D)
+    cols = COL0 + tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
     ptrs = X + b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n + cols[None, :] * stride_d
     return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), rows, cols, mask
@@ -110,14 +111,14 @@ def _amax_kernel(
 
 @triton.jit
 def _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
-           BLOCK_D: tl.constexpr, INTERLEAVE: tl.constexpr):  # fmt: skip
+           BLOCK_D: tl.constexpr, INTERLEAVE: tl.constexpr, COL0: tl.constexpr = 0):  # fmt: skip
     """The rows ``slots`` of a block as fp32 (``_block``); with INTERLEAVE the keys those columns of the FA-3
     layout hold instead (``fa3.fp8_key_slots``' inverse, within each 16 keys, so within the block)."""
     rows = slots
     if INTERLEAVE:
         w = slots % 32
         rows = slots - w + (w & 16) + ((w >> 1) & 1) * 8 + ((w >> 2) & 3) * 2 + (w & 1)
-    return _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM, BLOCK_D)
+    return _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM, BLOCK_D, COL0)
 
 
 @triton.jit
@@ -159,12 +160,14 @@ def _quantize_kernel(
     ROWS: tl.constexpr,  # rows of the block a program owns (one scale's, per block)
     CHUNK: tl.constexpr,  # rows it holds at a time (ROWS a multiple of it)
     BLOCK_D: tl.constexpr,
+    COLS: tl.constexpr,  # columns it quantises at a time (BLOCK_D a multiple of it): transposed, all ROWS rows
     EMULATE: tl.constexpr,  # the interpreter: write the e4m3 values rounded exactly, in fp32
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     off_bh = tl.program_id(1)
     start = pid_n * ROWS
-    WHOLE: tl.constexpr = CHUNK == ROWS  # the program holds its whole block: one pass
+    WHOLE: tl.constexpr = CHUNK == ROWS and COLS == BLOCK_D  # the program holds its whole block: one pass
+    QROWS: tl.constexpr = ROWS if COLS < BLOCK_D else CHUNK  # rows per quantised chunk
     # Per block in chunks the amax comes first: a pass over the chunks, which the second pass reads again
     # from L2 (small chunks keep registers few and programs many a multiprocessor, for the memory's sake).
     local = 0.0
@@ -178,10 +181,11 @@ def _quantize_kernel(
     b = (off_bh // heads).to(tl.int64)
     h = (off_bh % heads).to(tl.int64)
     base = X8 + b * stride_ob + h * stride_oh
-    for c in tl.static_range(0, ROWS, CHUNK):
-        slots = start + c + tl.arange(0, CHUNK)
+    for i in tl.static_range(0, (ROWS // QROWS) * (BLOCK_D // COLS)):
+        c = (i // (BLOCK_D // COLS)) * QROWS
+        slots = start + c + tl.arange(0, QROWS)
         x, rows, cols, mask = _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen,
-                                     HEAD_DIM, BLOCK_D, INTERLEAVE)  # fmt: skip
+                                     HEAD_DIM, COLS, INTERLEAVE, (i % (BLOCK_D // COLS)) * COLS)  # fmt: skip
         if GRANULARITY != 3 or WHOLE:
             local = tl.maximum(local, _abs_max(x))
         if GRANULARITY == 3 and WHOLE:
@@ -204,16 +208,25 @@ def _quantize_kernel(
     tl.atomic_add(NONFINITE, 1, mask=(local < float("inf")) == 0)  # NaN or Inf in this block
 
 
-def _tiling(rows: int, block_d: int, transpose: bool) -> tuple[int, int]:
-    """(rows a program holds at a time, warps), about 16 elements a thread. Row-major outputs: chunks of
-    about 2048 elements. Holding a whole 128 × 128 block took 128 registers a thread at 16 warps on sm_90,
-    so one program a multiprocessor, its loads and stores in turn; in chunks it takes 64-84 at 4 warps, and
-    several programs share a multiprocessor. Transposed outputs keep the whole block: in chunks their
-    transposed stores go out one short row segment at a time. On an H200 (CUDA-graph replay, a probe
-    outside the pipeline) chunks made Q's and K's quantisation faster and the transposed V's slower, so each
-    keeps the faster form. Compiled by tests/kernels/test_fp8_quant.py: no spills, 16-byte stores."""
-    chunk = rows if transpose else min(rows, max(16, 2048 // block_d))
-    return chunk, max(4, min(16, chunk * block_d // 512))
+def _tiling(rows: int, block_d: int, transpose: bool) -> tuple[int, int, int]:
+    """(rows a program holds at a time, columns it quantises at a time, warps): 16 elements a thread.
+
+    Row-major outputs: two passes over half a block at a time (an amax pass, then the quantising one, which
+    reads the block again from L1/L2), at most 16 warps. Transposed outputs: the amax pass in chunks of about
+    4096 elements, then the quantising pass over column strips of all the block's rows (each strip's
+    transposed stores are whole rows of keys, 16 bytes a thread). Holding a whole 128 × 128 block took 128
+    registers a thread at 16 warps on sm_90 (one program a multiprocessor, its loads and stores in turn);
+    smaller chunks keep the registers few and several programs on each multiprocessor. On an H200 (CUDA-graph
+    replay, a probe outside the pipeline, d = 128, every chunk, strip and warp count nearby tried) these
+    were the fastest for Q's, K's and V's blocks. Compiled by tests/kernels/test_fp8_quant.py: no spills,
+    16-byte stores."""
+    if transpose:
+        chunk = min(rows, max(16, 4096 // block_d))
+        cols = max(16, min(block_d, chunk * block_d // rows))  # the strip: as many elements as a chunk
+    else:
+        chunk = min(rows, max(16, rows // 2), max(16, 8192 // block_d))
+        cols = block_d
+    return chunk, cols, max(4, min(16, chunk * block_d // 512))
 
 
 def quantize(
@@ -267,7 +280,7 @@ def quantize(
     if x.numel():
         block_d = max(16, triton.next_power_of_2(d))
         grid = (nblk, b * h)
-        chunk, warps = _tiling(rows, block_d, transpose)
+        chunk, cols, warps = _tiling(rows, block_d, transpose)
         amax = nonfinite  # (not read by the block and "none" granularities)
         with device_guard(x):
             if granularity in ("tensor", "head"):
@@ -279,7 +292,7 @@ def quantize(
             _quantize_kernel[grid](
                 x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n, x8.shape[-1],
                 GRANULARITY=GRANULARITIES.index(granularity), TRANSPOSE=transpose, INTERLEAVE=interleave,
-                HEAD_DIM=d, ROWS=rows, CHUNK=chunk, BLOCK_D=block_d, EMULATE=INTERPRET, num_warps=warps,
+                HEAD_DIM=d, ROWS=rows, CHUNK=chunk, BLOCK_D=block_d, COLS=cols, EMULATE=INTERPRET, num_warps=warps,
             )  # fmt: skip
     if INTERPRET:  # exactly representable values: torch's cast is exact on them
         x8 = x8.to(torch.float8_e4m3fn)

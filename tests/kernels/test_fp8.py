@@ -415,6 +415,19 @@ def test_fa3_schedules_agree_with_emulation(head_dim, schedule):
     assert torch.equal(out, fp8.forward_quantized(*fused, causal=True, kernel="fa3", schedule=schedule))
 
 
+@pytest.mark.gpu
+def test_fa3_runs_fp8s_default_schedule_unless_pinned():
+    """Without ``schedule`` the FA-3 kernel runs FP8's default (``fa3.FP8_SCHEDULE``); ``"fa3"`` pins FA-3's
+    full schedule, ping-pong included."""
+    _kernel_on("fa3", "cuda", 128)
+    q, k, v = random_tensors([(1, 2, 300, 128)] * 3, BF16, "cuda", seed=3)
+    quantised = fp8.quantize_qkv(q, k, v, "block", blocks=_tiles("fa3", 128)[:2])
+    fp8.forward_quantized(*quantised, kernel="fa3")
+    assert fa3.last_config()[1] == fa3.schedule_of(fa3.FP8_SCHEDULE) != fa3.SCHEDULES["fa3"]
+    fp8.attention(q, k, v, kernel="fa3", schedule="fa3")
+    assert fa3.last_config()[1] == fa3.SCHEDULES["fa3"]
+
+
 def test_emulation_takes_the_row_sums_either_way(device):
     """``row_sums``: ℓ from the unrounded P (the Triton kernel) or from the rounded P that multiplies V (the
     FA-3 kernel): two references that differ by P's rounding alone, both near float64; a third is refused."""

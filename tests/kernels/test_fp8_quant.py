@@ -151,11 +151,11 @@ def test_non_finite_inputs_are_counted_not_hidden(value, device):
 
 @pytest.mark.parametrize("granularity", ["block", "head", "tensor"])
 def test_non_finite_inputs_in_a_chunked_block(granularity, device):
-    """A block walked in chunks (d = 128: 16 rows at a time, ``_tiling``) counts a NaN in any chunk once, and
+    """A block walked in chunks (d = 128: 64 rows at a time, ``_tiling``) counts a NaN in any chunk once, and
     its group's scale says so; the blocks around it keep theirs."""
     assert fp8_quant._tiling(128, 128, False)[0] < 128  # (the case this test is about)
     (x,) = random_tensors([(1, 2, 300, 128)], F16, device, seed=4)
-    x[0, 0, 128 + 77, 5] = float("nan")  # block 1, in its fifth chunk
+    x[0, 0, 128 + 77, 5] = float("nan")  # block 1, in its second chunk
     got = fp8_quant.quantize(x, granularity, 128)
     assert int(got.nonfinite.item()) == 1
     scale = got.scale.cpu()
@@ -208,9 +208,9 @@ _COMPILE = textwrap.dedent(
                 for rows, transpose in ((qb, False), (kvb, False), (kvb, True))]
     for rows, transpose, d in variants:
         block_d = max(16, d)
-        chunk, warps = fp8_quant._tiling(rows, block_d, transpose)
+        chunk, cols, warps = fp8_quant._tiling(rows, block_d, transpose)
         consts = dict(GRANULARITY=3, TRANSPOSE=transpose, INTERLEAVE=transpose, HEAD_DIM=d, ROWS=rows,
-                      CHUNK=chunk, BLOCK_D=block_d, EMULATE=False, stride_d=1, stride_ocol=1)
+                      CHUNK=chunk, BLOCK_D=block_d, COLS=cols, EMULATE=False, stride_d=1, stride_ocol=1)
         kinds = {"X": "*bf16", "X8": "*fp8e4nv", "SCALE": "*fp32", "AMAX": "*i32", "NONFINITE": "*i32"}
         # lengths that are multiples of 16, as Triton specialises them for N = 4096
         k = sass.compile_kernel(fp8_quant._quantize_kernel, kinds, consts, 90, dict(num_warps=warps),
@@ -218,8 +218,8 @@ _COMPILE = textwrap.dedent(
         code = sass.read(k.asm["cubin"])
         words = [op.split() for _, op in code.instructions]
         stores = [w for ws in words for w in ws[:2] if w.startswith("STG")]
-        print(json.dumps(dict(rows=rows, transpose=transpose, d=d, chunk=chunk, warps=warps, registers=code.registers,
-                              stack=code.stack_bytes, stores=stores)))
+        print(json.dumps(dict(rows=rows, transpose=transpose, d=d, chunk=chunk, cols=cols, warps=warps,
+                              registers=code.registers, stack=code.stack_bytes, stores=stores)))
     """
 )
 

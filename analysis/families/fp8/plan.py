@@ -9,15 +9,16 @@ points as the attention family, so its spec is the attention ``Spec`` with this 
   per (head_dim, causal) of ``fp8.speed``.
 - ``fp8-accuracy``: nothing timed; the error of every implementation against float64 per input distribution
   (``INPUTS``); one shard per (inputs, dtype) of ``fp8.accuracy``.
-- ``fp8-ablation``: the FA-3 ablation on e4m3 (``ours-fp8-block`` with each of FA-3's techniques switched off
-  in turn, ``ours-fp8-block-<switch>``) beside our bf16 FA-3 on the same inputs, FA-2 setting shapes; one
-  shard per (head_dim, causal) of ``fp8.ablation``.
+- ``fp8-ablation``: the FA-3 ablation on e4m3 (``ours-fp8-block-fa3``, FA-3's full schedule, and each of its
+  techniques switched off in turn, ``ours-fp8-block-<switch>``) beside our bf16 FA-3 on the same inputs, FA-2
+  setting shapes; one shard per (head_dim, causal) of ``fp8.ablation``.
 
 Implementation names ``ours-fp8-<granularity>[-rot][-p1][-triton][-e2e]``: the scales' granularity (``none``:
 cast without scaling), ``-rot`` incoherent processing (Q and K rotated before quantising), ``-p1`` P cast to
 e4m3 without its scale of 256, ``-triton`` the portable Triton kernel (else the FA-3 kernel on Hopper, the
-Triton one elsewhere; ``ours-fp8-block-<switch>``, a name of ``FA3_ABLATIONS``, is the FA-3 kernel with that
-technique switched off), ``-e2e`` ``fp8.attention`` on the 16-bit inputs, quantisation timed with the kernel
+Triton one elsewhere, on FP8's default schedule; ``ours-fp8-block-fa3`` is the FA-3 kernel on FA-3's full
+schedule, ``ours-fp8-block-<switch>``, a name of ``FA3_ABLATIONS``, with that technique switched off from
+it), ``-e2e`` ``fp8.attention`` on the 16-bit inputs, quantisation timed with the kernel
 (else inputs quantised before timing, FlashAttention-3's convention). ``fp8-speed`` also times our bf16 FA-3
 (``ours-fa3``). ``fp8-mm`` / ``bf16-mm``: this run's GEMM ceilings (``torch._scaled_mm`` in e4m3,
 ``torch.matmul`` in bf16, 8192³), measured once per ``fp8-speed`` point.
@@ -31,8 +32,8 @@ from analysis.families.attention import plan as attention
 
 FP8_GRANULARITIES = ("none", "tensor", "head", "block")
 _FP8_BASE = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
-# the FA-3 kernel on e4m3 with one technique switched off (the switches of the bf16 ablation)
-FP8_ABLATION_IMPLS = tuple(f"ours-fp8-block-{a}" for a in attention.FA3_ABLATIONS)
+# the FA-3 kernel on e4m3 on FA-3's full schedule, then with one technique switched off (the bf16 ablation's)
+FP8_ABLATION_IMPLS = tuple(f"ours-fp8-block-{a}" for a in ("fa3", *attention.FA3_ABLATIONS))
 FP8_IMPLS = tuple(
     f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e")
 ) + FP8_ABLATION_IMPLS

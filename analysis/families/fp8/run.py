@@ -21,17 +21,18 @@ its measuring parts (``analysis.families.attention.measure``) for the 16-bit imp
   2⁻¹⁰), and ``p_mass_lost``, their share of the row sums; computed in float64 on the sampled rows with
   the final row maximum, an upper bound on the kernel's (whose running maximum is never above the final
   one, so its P entries are never smaller).
-- ``fp8-ablation``: FA-3's ablation on e4m3: forward TFLOP/s of ``ours-fp8-block`` and of the same kernel with
-  each of FA-3's techniques switched off (``ours-fp8-block-<switch>``, the switches of ``fa3-ablation``),
-  inputs quantised before timing, beside our bf16 FA-3 (and its variants) on the same bf16 inputs; gated as
-  ``fp8-speed``'s rows.
+- ``fp8-ablation``: FA-3's ablation on e4m3: forward TFLOP/s of the FP8 kernel on FA-3's full schedule
+  (``ours-fp8-block-fa3``) and with each of its techniques switched off (``ours-fp8-block-<switch>``, the
+  switches of ``fa3-ablation``), inputs quantised before timing, beside our bf16 FA-3 (and its variants) on
+  the same bf16 inputs; gated as ``fp8-speed``'s rows.
 
-Implementation names ``ours-fp8-<granularity>[-rot][-p1][-<switch>][-triton][-e2e]``: the scales' granularity
-(``none``: cast without scaling, saturating), ``-rot`` incoherent processing (Q and K times one random
-Hadamard-based orthogonal matrix before quantising), ``-p1`` P cast to e4m3 without its scale of 256,
-``-<switch>`` the FA-3 kernel with that technique off (``no-warp-specialize``, ``no-pingpong``,
-``no-overlap``, ``no-tma``), ``-triton`` the portable Triton kernel (else the FA-3 kernel on Hopper),
-``-e2e`` ``fp8.attention`` on the 16-bit inputs with the fused quantiser timed (``FP8Impl``).
+Implementation names ``ours-fp8-<granularity>[-rot][-p1][-<schedule>][-triton][-e2e]``: the scales'
+granularity (``none``: cast without scaling, saturating), ``-rot`` incoherent processing (Q and K times one
+random Hadamard-based orthogonal matrix before quantising), ``-p1`` P cast to e4m3 without its scale of 256,
+``-<schedule>`` the FA-3 kernel on that schedule of ``fa3.SCHEDULES``, ``fa3`` (FA-3's full one) or a
+technique off from it (``no-warp-specialize``, ``no-pingpong``, ``no-overlap``, ``no-tma``; without one,
+FP8's default ``fa3.FP8_SCHEDULE``), ``-triton`` the portable Triton kernel (else the FA-3 kernel on
+Hopper), ``-e2e`` ``fp8.attention`` on the 16-bit inputs with the fused quantiser timed (``FP8Impl``).
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ class FP8Impl(typing.NamedTuple):
     p_scale: float
     kernel: str  # fp8.KERNELS: "auto" (FA-3 on Hopper) or "triton"
     e2e: bool  # fp8.attention on the 16-bit inputs, quantisation timed
-    schedule: str = "fa3"  # the FA-3 kernel's schedule (fa3.SCHEDULES): "fa3", or one technique switched off
+    # the FA-3 kernel's schedule: None for FP8's default (fa3.FP8_SCHEDULE), else a name of fa3.SCHEDULES:
+    # "fa3" (FA-3's full schedule) or one technique switched off from it
+    schedule: str | None = None
 
 
 def parse_impl(name: str) -> FP8Impl:
-    """``ours-fp8-<granularity>[-rot][-p1][-<switch>][-triton][-e2e]`` → its ``FP8Impl``."""
+    """``ours-fp8-<granularity>[-rot][-p1][-<schedule>][-triton][-e2e]`` → its ``FP8Impl``."""
     from kernels.attention import fp8
 
     rest = name.removeprefix("ours-fp8-")
@@ -81,10 +84,10 @@ def parse_impl(name: str) -> FP8Impl:
     rest = rest.removesuffix("-e2e")
     kernel = "triton" if rest.endswith("-triton") else "auto"
     rest = rest.removesuffix("-triton")
-    schedule = next((a for a in FA3_ABLATIONS if rest.endswith(f"-{a}")), "fa3")
-    if schedule != "fa3":
+    schedule = next((a for a in ("fa3", *FA3_ABLATIONS) if rest.endswith(f"-{a}")), None)
+    if schedule is not None:
         if kernel == "triton":
-            raise ValueError(f"{name!r}: a technique switch ({schedule}) is the FA-3 kernel's, not Triton's")
+            raise ValueError(f"{name!r}: a schedule ({schedule}) is the FA-3 kernel's, not Triton's")
         rest = rest.removesuffix(f"-{schedule}")
     p_scale = fp8.P_SCALE
     if rest.endswith("-p1"):
@@ -164,7 +167,7 @@ class Quantised:
         d = self.inputs[0].shape[-1]
         tiles = fa3.config_in_effect(d, fp8=True) if self.kernel == "fa3" else fp8.config_in_effect(d)
         rot = ", rotated" if self.rotate else ""
-        rot += "" if self.schedule == "fa3" else f", schedule={self.schedule}"
+        rot += f", schedule={self.schedule or fa3.FP8_SCHEDULE}" if self.kernel == "fa3" else ""
         e2e = ", quantised in the call (fused quantiser)" if self.e2e else ""
         return f"{self.kernel}: {tiles}, granularity={self.granularity}{rot}, p_scale={self.p_scale:g}{e2e}"
 

@@ -109,7 +109,7 @@ def _e2e_time(speed: pd.DataFrame, ours: list[str]) -> list[Line]:
 
 def _ablation(abl: pd.DataFrame) -> list[Line]:
     """What each of FA-3's techniques buys the FP8 kernel: the change when it is switched off."""
-    full = abl[abl["impl"] == "ours-fp8-block"].set_index(["head_dim", "causal", "seqlen_q"])["tflops"]
+    full = abl[abl["impl"] == "ours-fp8-block-fa3"].set_index(["head_dim", "causal", "seqlen_q"])["tflops"]
     parts = []
     for bf16_name, what in ABLATED.items():
         switch = bf16_name.removeprefix("ours-fa3-")

@@ -20,19 +20,22 @@ ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-
 
 
 def test_parse_impl():
-    assert fp8.parse_impl("ours-fp8-block") == ("block", False, 256.0, "auto", False, "fa3")
-    assert fp8.parse_impl("ours-fp8-tensor-rot") == ("tensor", True, 256.0, "auto", False, "fa3")
-    assert fp8.parse_impl("ours-fp8-block-p1") == ("block", False, 1.0, "auto", False, "fa3")
-    assert fp8.parse_impl("ours-fp8-block-rot-triton-e2e") == ("block", True, 256.0, "triton", True, "fa3")
-    assert fp8.parse_impl("ours-fp8-head-e2e") == ("head", False, 256.0, "auto", True, "fa3")
+    # (schedule None: FP8's default, fa3.FP8_SCHEDULE; "fa3": FA-3's full one, pinned)
+    assert fp8.parse_impl("ours-fp8-block") == ("block", False, 256.0, "auto", False, None)
+    assert fp8.parse_impl("ours-fp8-tensor-rot") == ("tensor", True, 256.0, "auto", False, None)
+    assert fp8.parse_impl("ours-fp8-block-p1") == ("block", False, 1.0, "auto", False, None)
+    assert fp8.parse_impl("ours-fp8-block-rot-triton-e2e") == ("block", True, 256.0, "triton", True, None)
+    assert fp8.parse_impl("ours-fp8-head-e2e") == ("head", False, 256.0, "auto", True, None)
     assert fp8.parse_impl("ours-fp8-block-no-tma") == ("block", False, 256.0, "auto", False, "no-tma")
+    assert fp8.parse_impl("ours-fp8-block-fa3") == ("block", False, 256.0, "auto", False, "fa3")
     assert fp8.parse_impl("ours-fp8-block-no-pingpong-e2e").schedule == "no-pingpong"
     for bad in ("ours-fa2", "ours-fp8-channel", "ours-fp8-", "ours-fp8-block-e2e-triton", "ours-fp8-e2e",
                 "ours-fp8-no-tma", "ours-fp8-block-no-such-switch"):  # fmt: skip
         with pytest.raises(ValueError, match="not an FP8"):
             fp8.parse_impl(bad)
-    with pytest.raises(ValueError, match="FA-3 kernel's, not Triton's"):
-        fp8.parse_impl("ours-fp8-block-no-tma-triton")
+    for name in ("ours-fp8-block-no-tma-triton", "ours-fp8-block-fa3-triton"):
+        with pytest.raises(ValueError, match="FA-3 kernel's, not Triton's"):
+            fp8.parse_impl(name)
 
 
 def test_every_fp8_name_parses_and_every_switch_is_the_kernels():
@@ -41,9 +44,11 @@ def test_every_fp8_name_parses_and_every_switch_is_the_kernels():
 
     for name in plan.FP8_IMPLS:
         impl = fp8.parse_impl(name)
-        assert impl.schedule in fa3.SCHEDULES, name
-    assert {fp8.parse_impl(n).schedule for n in plan.FP8_ABLATION_IMPLS} == set(fa3.SCHEDULES) - {"fa3"}
-    assert set(fp8_figures.FP8_ABLATION_ORDER) == {"ours-fp8-block", *plan.FP8_ABLATION_IMPLS}
+        assert impl.schedule is None or impl.schedule in fa3.SCHEDULES, name
+    assert fa3.FP8_SCHEDULE in fa3.SCHEDULES
+    assert [fp8.parse_impl(n).schedule for n in plan.FP8_ABLATION_IMPLS] == list(fa3.SCHEDULES)
+    assert fp8_figures.FP8_ABLATION_ORDER[0] == fp8_figures.FP8_FULL == plan.FP8_ABLATION_IMPLS[0]
+    assert set(fp8_figures.FP8_ABLATION_ORDER) == set(plan.FP8_ABLATION_IMPLS)
 
 
 def test_ablation_shards_and_their_cpu_rows(env):
@@ -200,7 +205,7 @@ def test_fp8_figures_from_a_synthetic_table(tmp_path):
         fp8_figures.fp8_accuracy(ATTENTION.frame(speed), tmp_path / "none.png")
 
     abl = [_table_row(i, "fp8-ablation", seqlen_q=8192, seqlen_k=8192, batch=2, timed=True, ms_median=1.0, tflops=tf)
-           for i, tf in (("ours-fp8-block", 680.0), ("ours-fp8-block-no-tma", 612.0), ("ours-fa3", 620.0))]
+           for i, tf in (("ours-fp8-block-fa3", 680.0), ("ours-fp8-block-no-tma", 612.0), ("ours-fa3", 620.0))]
     abl.append(_table_row("ours-fp8-block-no-pingpong", "fp8-ablation", seqlen_q=8192, seqlen_k=8192, batch=2,
                           timed=True, status="error", message="ptxas"))  # fmt: skip
     t = fp8_figures.fp8_ablation(ATTENTION.frame(abl), tmp_path / "abl.png").set_index("impl")
