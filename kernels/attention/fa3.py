@@ -207,7 +207,7 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, h
     thread) defaults to 24 with TMA (FA-3's split) and 56 for per-thread copies, which need addresses;
     the consumers get the rest, at most 240. ``fp8``: e4m3 inputs with descales, P scaled by ``p_scale``, one
     Q descale per ``q_block`` rows and one K/V descale per ``kv_block`` keys where they are per block, the row
-    sums on the tensor cores where ``fp8_row_sums(head_dim, schedule.tma)`` says so."""
+    sums on the tensor cores where ``fp8_row_sums(head_dim, schedule)`` says so."""
     consumers = config.num_consumers if schedule.warp_specialize else 1
     warps = 4 * (1 + config.num_consumers) if schedule.warp_specialize else 4 * config.num_consumers
     cap = min(255, _REGISTERS_PER_SM // (32 * warps)) // 8 * 8
@@ -220,7 +220,7 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, h
         PINGPONG=schedule.pingpong and config.num_consumers == 2, OVERLAP=schedule.overlap, USE_TMA=schedule.tma,
         CONSUMER_REGS=consumer_regs, IS_FP8=bool(fp8), P_SHIFT=float(math.log2(p_scale)) if fp8 else 0.0,
         Q_BLOCK=q_block or _ROWS_PER_CONSUMER, KV_BLOCK=kv_block or config.block_n,
-        SUMS_ON_MMA=bool(fp8) and fp8_row_sums(head_dim, schedule.tma) == "p8",
+        SUMS_ON_MMA=bool(fp8) and fp8_row_sums(head_dim, schedule) == "p8",
     )  # fmt: skip
     options = dict(num_warps=4, maxnreg=cap) if schedule.warp_specialize else dict(num_warps=warps)
     return constexprs, options
@@ -408,10 +408,12 @@ FP8_KEY_GROUP = 32
 FP8_ROW_SUMS_ON_MMA = {True: (64, 128), False: (64,)}
 
 
-def fp8_row_sums(head_dim: int, tma: bool = True) -> str:
-    """What the FP8 kernel's ℓ sums at ``head_dim`` (``tma``: the schedule's loads): ``"p8"`` (the rounded P
-    that multiplies V) or ``"p"`` (the fp32 P): ``fp8.emulate``'s ``row_sums``."""
-    return "p8" if head_dim in FP8_ROW_SUMS_ON_MMA[bool(tma)] else "p"
+def fp8_row_sums(head_dim: int, schedule: Schedule | str | None = None) -> str:
+    """What the FP8 kernel's ℓ sums at ``head_dim`` on ``schedule`` (a ``Schedule`` or name of ``SCHEDULES``;
+    None for ``FP8_SCHEDULE``; it matters by its loads, TMA or not): ``"p8"`` (the rounded P that multiplies
+    V) or ``"p"`` (the fp32 P): ``fp8.emulate``'s ``row_sums``."""
+    tma = schedule_of(FP8_SCHEDULE if schedule is None else schedule).tma
+    return "p8" if head_dim in FP8_ROW_SUMS_ON_MMA[tma] else "p"
 
 
 def _fp8_width(n: int) -> int:

@@ -289,7 +289,7 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
 def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k, causal_off,
                    row_scale, C: gl.constexpr, WARP_SPECIALIZE: gl.constexpr, PINGPONG: gl.constexpr,
                    OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, MASKED: gl.constexpr, IS_FP8: gl.constexpr,
-                   P_SHIFT: gl.constexpr, KV_BLOCK: gl.constexpr, SUM_MMA: gl.constexpr):  # fmt: skip
+                   P_SHIFT: gl.constexpr, KV_BLOCK: gl.constexpr, SUMS_ON_MMA: gl.constexpr):  # fmt: skip
     """Tile j of a consumer: issue S_j = Q K_jᵀ, rescale O by tile j-1's factor while it runs, issue
     O += P_{j-1} V_{j-1}, then the softmax of S_j.
 
@@ -321,7 +321,7 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
     a_op = _pv_a(p, p_layout, IS_FP8)
     acc = warpgroup_mma(a_op, _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
-    if SUM_MMA:  # the row sums of the P that P V multiplies, on the tensor cores: ℓ ← ℓ · α + P · 1
+    if SUMS_ON_MMA:  # the row sums of the P that P V multiplies, on the tensor cores: ℓ ← ℓ · α + P · 1
         l_i, l_tile = _issue_row_sums(a_op, ones_smem, l_i, alpha)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - C))
@@ -329,8 +329,8 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     k_next = _tile_scale(ks_ptr, j + 1, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
     v_next = _tile_scale(vs_ptr, j, n_tiles, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
     if OVERLAP:  # (P V's group still outstanding, and the row sums')
-        s = warpgroup_mma_wait(num_outstanding=2 if SUM_MMA else 1, deps=(s_tok,))
-    elif SUM_MMA:
+        s = warpgroup_mma_wait(num_outstanding=2 if SUMS_ON_MMA else 1, deps=(s_tok,))
+    elif SUMS_ON_MMA:
         s, acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc, l_tile))
         l_i = l_i + l_tile
     elif IS_FP8:  # (the wait's lowering keeps 16- and 32-bit values alive, not e4m3 ones: ptxas guards P's)
@@ -341,9 +341,9 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
         mbarrier.arrive(k_empty.index(slot))
     if MASKED:
         s = _masked(s, rows, j * BLOCK_N, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUM_MMA)
+    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUMS_ON_MMA)
     p_next = _p_operand(p_new, p)
-    if OVERLAP and SUM_MMA:
+    if OVERLAP and SUMS_ON_MMA:
         acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(acc, l_tile))
         l_i = l_i + l_tile
     elif OVERLAP and IS_FP8:
@@ -364,7 +364,7 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
               C: gl.constexpr, NUM_CONSUMERS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
               PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_FP8: gl.constexpr,
               P_SHIFT: gl.constexpr, Q_BLOCK: gl.constexpr, KV_BLOCK: gl.constexpr,
-              SUM_MMA: gl.constexpr):  # fmt: skip
+              SUMS_ON_MMA: gl.constexpr):  # fmt: skip
     """Q Kᵀ, the online softmax and P V for this consumer's rows; then O and the logsumexp out.
 
     With WARP_SPECIALIZE: consumer C of NUM_CONSUMERS, the producer fills the ring. Without: the only
@@ -407,7 +407,7 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
     mbarrier.wait(q_bars.index(C), 0)
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-    if SUM_MMA:  # every column of a row holds its sum
+    if SUMS_ON_MMA:  # every column of a row holds its sum
         l_i = gl.zeros([ROWS, 8], gl.float32, _mma_layout(num_warps, 8, bits))
     else:
         l_i = gl.zeros([ROWS], gl.float32, row_layout)
@@ -435,7 +435,7 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
             mbarrier.arrive(k_empty.index(0))
         if n_full == 0:
             s = _masked(s, rows, 0, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUM_MMA)
+        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUMS_ON_MMA)
         p = _p_operand(p_new, p)
 
     # Tiles 1 … n_full-1 need no mask, the rest (the causal diagonal, the sequence's end) do.
@@ -445,11 +445,11 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
     for j in range(1, n_full):
         state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
                                causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, False,
-                               IS_FP8, P_SHIFT, KV_BLOCK, SUM_MMA)  # fmt: skip
+                               IS_FP8, P_SHIFT, KV_BLOCK, SUMS_ON_MMA)  # fmt: skip
     for j in range(gl.maximum(n_full, 1), n_tiles):
         state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
                                causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, True,
-                               IS_FP8, P_SHIFT, KV_BLOCK, SUM_MMA)  # fmt: skip
+                               IS_FP8, P_SHIFT, KV_BLOCK, SUMS_ON_MMA)  # fmt: skip
     m_i, l_i, acc, p, alpha, vs_prev, turn_phase, _, v_scale = state  # v_scale: the last tile's
 
     # The last P V product.
@@ -461,11 +461,11 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
         acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
         a_op = _pv_a(p, p_layout, IS_FP8)
         acc = warpgroup_mma(a_op, _v_operand(v_smem.index(last), V_T), acc, is_async=True)
-        if SUM_MMA:
+        if SUMS_ON_MMA:
             l_i, l_tile = _issue_row_sums(a_op, ones_smem, l_i, alpha)
         if PINGPONG:
             mbarrier.arrive(turn.index(1 - C))
-        if SUM_MMA:
+        if SUMS_ON_MMA:
             acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(acc, l_tile))
             l_i = l_i + l_tile
         elif IS_FP8:
@@ -476,7 +476,7 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
             mbarrier.arrive(v_empty.index(last))
         vs_prev = v_scale
 
-    if SUM_MMA:
+    if SUMS_ON_MMA:
         l_i = gl.convert_layout(gl.max(l_i, axis=1), row_layout)
     # O = acc / ℓ (FP8: times the V scale O is in units of; P's scale is in ℓ too) through shared memory
     # (16-bit: Q's, no longer read) and TMA; the logsumexp per row (P's scale taken out).

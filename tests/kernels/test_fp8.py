@@ -230,13 +230,14 @@ def _tiles(kernel: str, head_dim: int) -> tuple[int, int, int]:
     return q_block, kv_block, block_n
 
 
-def _row_sums(kernel: str, head_dim: int, schedule: str = "fa3") -> str:
-    """What ``kernel``'s ℓ sums (``fp8.emulate``'s ``row_sums``; the FA-3 kernel's depends on its loads)."""
-    return fa3.fp8_row_sums(head_dim, fa3.schedule_of(schedule).tma) if kernel == "fa3" else "p"
+def _row_sums(kernel: str, head_dim: int, schedule: str | None = None) -> str:
+    """What ``kernel``'s ℓ sums (``fp8.emulate``'s ``row_sums``; the FA-3 kernel's by head dim and schedule,
+    None its FP8 default)."""
+    return fa3.fp8_row_sums(head_dim, schedule) if kernel == "fa3" else "p"
 
 
 def _check_against_emulation(name, out, quantised, tiles, causal, p_scale=fp8.P_SCALE, kernel="triton",
-                             schedule="fa3"):  # fmt: skip
+                             schedule=None):  # fmt: skip
     """Checks 1 and 3 of the module docstring; returns the emulation (float64, on the CPU). ``tiles``:
     (q_block, kv_block, block_n) of the scales and the kernel's online softmax (``_tiles``); ``kernel``: which
     ran, ``schedule`` the FA-3 kernel's (which may take ℓ from the rounded P, ``_row_sums``)."""
