@@ -558,9 +558,7 @@ def forward_quantized(
     _check_p_scale(p_scale)
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float16, got {out_dtype}")
-    b, h, seqlen_q, d = q8.shape
-    seqlen_k = k8.shape[2]
-    sm_scale = softmax_scale(d, sm_scale)
+    d = q8.shape[3]
     which = "fa3" if isinstance(config, fa3.FA3Config) else kernel_for(q8.device, d, kernel)
     qb, kvb = blocks(which, d, config)
     q_block = qb if q_block is None else int(q_block)
@@ -575,13 +573,28 @@ def forward_quantized(
         raise ValueError(f"q_block={q_block} must be a multiple of the kernel's {qb} query rows per tile")
     if (k_scale.dim() == 3 or v_scale.dim() == 3) and kv_block % kvb:
         raise ValueError(f"kv_block={kv_block} must be a multiple of the kernel's {kvb} keys per tile")
+    _check_schedule(schedule, which)
+    if fa3_values is not None and which != "fa3":
+        raise ValueError(f"v8 is fa3.FP8Values, the FA-3 kernel's layout; this call runs {which}: pass V as a tensor")
+    return _forward(q8, k8, fa3_values or v8, q_scale, k_scale, v_scale, causal, sm_scale, q_block, kv_block,
+                    out_dtype, config, p_scale, which, schedule)  # fmt: skip
+
+
+def _check_schedule(schedule, which: str) -> None:
     if which != "fa3" and schedule is not None and fa3.schedule_of(schedule) != fa3.SCHEDULES["fa3"]:
         raise ValueError(f"schedule={schedule!r} switches a technique of the FA-3 kernel: it needs the FA-3 kernel "
                          f"(Hopper, head dims {fa3.HEAD_DIMS}); this call runs {which}")  # fmt: skip
-    if fa3_values is not None and which != "fa3":
-        raise ValueError(f"v8 is fa3.FP8Values, the FA-3 kernel's layout; this call runs {which}: pass V as a tensor")
+
+
+def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale, q_block: int, kv_block: int,
+             out_dtype: torch.dtype, config, p_scale: float, which: str, schedule) -> torch.Tensor:  # fmt: skip
+    """``forward_quantized`` on checked arguments (``attention`` comes here straight from its quantiser, whose
+    outputs need no checks): the kernel ``which`` (``v8``: ``fa3.FP8Values`` for FA-3)."""
+    b, h, seqlen_q, d = q8.shape
+    seqlen_k = k8.shape[2]
+    sm_scale = softmax_scale(d, sm_scale)
     if which == "fa3":
-        return fa3.forward_fp8(q8, k8, fa3_values or v8, q_scale, k_scale, v_scale, causal, sm_scale,
+        return fa3.forward_fp8(q8, k8, v8, q_scale, k_scale, v_scale, causal, sm_scale,
                                q_block=q_block, kv_block=kv_block, out_dtype=out_dtype,
                                config=config if isinstance(config, fa3.FA3Config) else None, schedule=schedule,
                                p_scale=p_scale)[0]  # fmt: skip
@@ -643,13 +656,16 @@ def attention(
     _check_granularity(granularity)
     _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=OUT_DTYPES,
                    dtype_note="FP8 attention takes float16 or bfloat16 inputs")  # fmt: skip
+    _check_p_scale(p_scale)
+    if q.device.type == "cuda":
+        require_fp8_tensor_cores(compute_capability(q.device), str(q.device))
     which = "fa3" if isinstance(config, fa3.FA3Config) else kernel_for(q.device, q.shape[3], kernel)
+    _check_schedule(schedule, which)
     qb, kvb = blocks(which, q.shape[3], config)
     q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed,
                                           fa3_layout=which == "fa3")  # fmt: skip
-    return forward_quantized(q8, k8, v8, qs, ks, vs, causal, sm_scale, q_block=qb, kv_block=kvb, out_dtype=q.dtype,
-                             config=config, check_scale_values=False, p_scale=p_scale, kernel=which,
-                             schedule=schedule)  # fmt: skip
+    # (the quantiser's outputs are consistent by construction: no second round of checks)
+    return _forward(q8, k8, v8, qs, ks, vs, causal, sm_scale, qb, kvb, q.dtype, config, p_scale, which, schedule)
 
 
 _ROTATIONS: dict[tuple, torch.Tensor] = {}
