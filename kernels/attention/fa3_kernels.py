@@ -28,6 +28,16 @@ shared memory (an 8-column accumulator, every column a row's sum, added to ℓ i
 rounded P that multiplies V, and the softmax adds nothing per element (``fp8.emulate(..., row_sums="p8")``
 is its reference).
 
+What bounds the FP8 loop (d = 128, an H200, Nsight Compute's warp-state samples, a probe outside the
+pipeline): the exponentials. A consumer's 64 ``MUFU.EX2`` a tile, issued back to back after the row max,
+hold about two fifths of its warps' samples, waiting on the special-function unit (at d = 128 it
+exponentiates scores no faster than the e4m3 tensor cores multiply them: 16 a clock per multiprocessor
+against 4096 multiply-adds, 256 per score); the wait for S is under 1%, and issue slots are busy less
+than half the time. Tried there and not faster: a tree for the row max instead of ``gl.max``'s chain,
+starting consumer 1 a tile late, the two consumers taking turns from the exponentials to the next P V
+issue (much slower), three consumers (at BLOCK_N = 128 they spill at 160 registers a thread; at 64 slower),
+``ex2.approx.f16x2`` (two ``MUFU.EX2.F16`` on sm_90), and a polynomial on the FMA units for some columns.
+
 Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
 """
 
