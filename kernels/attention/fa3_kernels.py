@@ -36,7 +36,9 @@ against 4096 multiply-adds, 256 per score); the wait for S is under 1%, and issu
 than half the time. Tried there and not faster: a tree for the row max instead of ``gl.max``'s chain,
 starting consumer 1 a tile late, the two consumers taking turns from the exponentials to the next P V
 issue (much slower), three consumers (at BLOCK_N = 128 they spill at 160 registers a thread; at 64 slower),
-``ex2.approx.f16x2`` (two ``MUFU.EX2.F16`` on sm_90), and a polynomial on the FMA units for some columns.
+P carried between tiles as int32 words of four e4m3 (bit-identical and 4% slower, and the registers it frees
+still leave 256-key tiles and three consumers spilling, both about a fifth slower), ``ex2.approx.f16x2``
+(two ``MUFU.EX2.F16`` on sm_90), and a polynomial on the FMA units for some columns.
 
 Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
 """
