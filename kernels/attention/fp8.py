@@ -444,8 +444,12 @@ def _check_fp8_inputs(q8, k8, v8) -> None:
             raise ValueError(f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}")
     check_device(q8, k8, v8, names=("q8", "k8", "v8"))
     check_shapes(q8, k8, v8, ("q8", "k8", "v8"), dense=True)
-    if q8.device.type == "cuda":
-        require_fp8_tensor_cores(compute_capability(q8.device), str(q8.device))
+    _check_fp8_device(q8.device)
+
+
+def _check_fp8_device(device: torch.device) -> None:
+    if device.type == "cuda":
+        require_fp8_tensor_cores(compute_capability(device), str(device))
 
 
 def _check_p_scale(p_scale) -> None:
@@ -657,8 +661,7 @@ def attention(
     _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=OUT_DTYPES,
                    dtype_note="FP8 attention takes float16 or bfloat16 inputs")  # fmt: skip
     _check_p_scale(p_scale)
-    if q.device.type == "cuda":
-        require_fp8_tensor_cores(compute_capability(q.device), str(q.device))
+    _check_fp8_device(q.device)
     which = "fa3" if isinstance(config, fa3.FA3Config) else kernel_for(q.device, q.shape[3], kernel)
     _check_schedule(schedule, which)
     qb, kvb = blocks(which, q.shape[3], config)

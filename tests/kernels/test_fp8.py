@@ -463,6 +463,21 @@ def test_rejects_bad_p_scale(p_scale, device):
         fp8.forward_quantized(q8, k8, v8, one, one, one, p_scale=p_scale)
 
 
+def test_attention_checks_before_it_quantises(device, monkeypatch):
+    """``fp8.attention`` runs the kernel on its quantiser's outputs without ``forward_quantized``'s checks, so it
+    refuses a bad ``p_scale`` and an FA-3 schedule for another kernel itself, naming them, before any work."""
+
+    def no_quantising(*args, **kwargs):
+        raise AssertionError("quantised before the arguments were checked")
+
+    monkeypatch.setattr(fp8, "quantize_qkv", no_quantising)
+    q = torch.randn(1, 2, 16, 64, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match="p_scale"):
+        fp8.attention(q, q, q, p_scale=3.0)
+    with pytest.raises(ValueError, match="schedule='no-tma' switches a technique of the FA-3 kernel"):
+        fp8.attention(q, q, q, kernel="triton", schedule="no-tma")
+
+
 def test_empty_and_keyless(device):
     q8 = torch.zeros(1, 2, 5, 64, device=device).to(torch.float8_e4m3fn)
     k8 = torch.zeros(1, 2, 0, 64, device=device).to(torch.float8_e4m3fn)
