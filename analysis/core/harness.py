@@ -14,13 +14,16 @@ Method, per benchmark point:
    median was 1.6× the same kernel's at the next M, its 20th and 80th percentiles 1.4× apart); then per
    point about ``warmup_ms`` of untimed repetitions, then repetitions for about ``rep_ms``, each timed
    with CUDA events. Every repetition is preceded by overwriting a 256 MB buffer, so that the L2 cache
-   holds none of the inputs, and by a GPU-side wait of ``GPU_WAIT_CYCLES`` (about 100 µs, through
-   ``torch.cuda._sleep``), so that the host has queued the call before the start event fires; we report
-   the median and the 20th/80th percentiles. The wait makes the number GPU time even for a call whose
-   host side (argument handling, launches) takes longer than overwriting the buffer: without it (as with
-   ``triton.testing.do_bench``) such a call's timings include part of its host side, varying from run to
-   run.
-   Because the wait hides the host side, that is measured on its own (``host_ms``): after the timed
+   holds none of the inputs, and by a GPU-side wait (``torch.cuda._sleep``), so that the host has queued
+   the call before the start event fires; we report the median and the 20th/80th percentiles. The wait
+   makes the number GPU time even for a call whose host side (argument handling, launches) takes longer
+   than overwriting the buffer: without it (as with ``triton.testing.do_bench``) such a call's timings
+   include part of its host side, varying from run to run. It lasts ``HOST_MARGIN`` times the call's
+   host side (``host_ms``, below; at the GPU's highest clock, so at least that long), and never less than
+   ``GPU_WAIT_CYCLES`` (about 100 µs): a fixed 100 µs let the host side of FP8 attention's end-to-end
+   call (about 1 ms on an H200) into its timings. A call that synchronises inside still shows the host's
+   share after the synchronisation: no wait before it can hide that.
+   Because the wait hides the host side, that is measured on its own (``host_ms``): before the timed
    repetitions, ``HOST_REPS`` calls, each timed with the host's clock from a synchronised, idle GPU to the
    call's return (its launches queued, not finished), the median kept. That is what one eager call costs
    the host: argument checks, allocations, launches, and any synchronisation the call makes (then the GPU
@@ -82,7 +85,9 @@ def warm_device(ms: float = 200.0) -> None:
     del a
 
 
-GPU_WAIT_CYCLES = 200_000  # about 100 µs at the H200's 1.98 GHz
+GPU_WAIT_CYCLES = 200_000  # the shortest GPU-side wait: about 100 µs at the H200's 1.98 GHz
+HOST_MARGIN = 1.5  # the wait against the call's host time (module docstring, step 4)
+MAX_WAIT_MS = 50.0  # (a call that spends longer on the host is mostly synchronising, which no wait hides)
 HOST_REPS = 21  # eager calls timed on the host for host_ms
 FLUSH_BYTES = 256 * 2**20
 _FLUSH: dict[int, torch.Tensor] = {}
@@ -96,34 +101,45 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep
     if flush is None:
         flush = _FLUSH[device] = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    # the number of repetitions, from 5 calls with their flushes and waits (so that rep_ms is the wall time)
     fn()
     torch.cuda.synchronize()
+    host_ms = host_time(fn)
+    wait = wait_cycles(host_ms, torch.cuda.get_device_properties(device).clock_rate)
+    # the number of repetitions, from 5 calls with their flushes and waits (so that rep_ms is the wall time)
     start, end = event(), event()
     start.record()
     for _ in range(5):
         flush.zero_()
-        torch.cuda._sleep(GPU_WAIT_CYCLES)
+        torch.cuda._sleep(wait)
         fn()
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)  # ms of one repetition, flush and wait included
     for _ in range(max(1, int(warmup_ms / estimate))):  # warm-up repetitions like the timed ones
         flush.zero_()
-        torch.cuda._sleep(GPU_WAIT_CYCLES)
+        torch.cuda._sleep(wait)
         fn()
     reps = max(1, int(rep_ms / estimate))
     starts, ends = [event() for _ in range(reps)], [event() for _ in range(reps)]
     for i in range(reps):
         flush.zero_()
-        torch.cuda._sleep(GPU_WAIT_CYCLES)
+        torch.cuda._sleep(wait)
         starts[i].record()
         fn()
         ends[i].record()
     torch.cuda.synchronize()
     times = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], dtype=torch.float64)
     med, p20, p80 = torch.quantile(times, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
-    return Timing(float(med), float(p20), float(p80), host_time(fn))
+    return Timing(float(med), float(p20), float(p80), host_ms)
+
+
+def wait_cycles(host_ms: float, clock_khz: int) -> int:
+    """GPU clock cycles of the wait before each timed call: ``HOST_MARGIN`` × ``host_ms`` at the GPU's
+    highest clock ``clock_khz`` (so at least that long at any clock), no fewer than ``GPU_WAIT_CYCLES``, no
+    longer than ``MAX_WAIT_MS`` (step 4)."""
+    ms = min(HOST_MARGIN * host_ms, MAX_WAIT_MS) if math.isfinite(host_ms) else 0.0
+    clock_khz = clock_khz if clock_khz > 0 else 2_000_000  # (a device that reports no clock: 2 GHz)
+    return max(GPU_WAIT_CYCLES, math.ceil(ms * clock_khz))
 
 
 def host_time(fn: Callable[[], object], reps: int = HOST_REPS) -> float:

@@ -185,6 +185,34 @@ def test_time_gpu_leaves_out_the_host_side():
 
 
 @pytest.mark.gpu
+def test_time_gpu_leaves_out_a_host_side_longer_than_the_shortest_wait():
+    """A call that spends 2 ms on the host (20 times the shortest wait, as FP8 attention's end-to-end call
+    does about 1 ms) before a few µs of GPU work: the wait grows with the host side, so the timing is
+    still the GPU work's. With a fixed 100 µs wait it came out near 2 ms."""
+    x = torch.zeros(1024, device="cuda")
+
+    def call():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 2e-3:
+            pass
+        x.add_(1.0)
+
+    timing = harness.time_gpu(call, warmup_ms=10, rep_ms=40)
+    assert timing.host_ms >= 2.0 and timing.ms_median < 0.05
+
+
+def test_the_wait_covers_the_host_side():
+    """The wait's cycles: HOST_MARGIN × host_ms at the highest clock, bounded below and above."""
+    khz = 1_980_000  # an H200's highest SM clock, in kHz
+    assert harness.wait_cycles(0.01, khz) == harness.GPU_WAIT_CYCLES  # short host side: the shortest wait
+    assert harness.wait_cycles(math.nan, khz) == harness.GPU_WAIT_CYCLES
+    assert harness.wait_cycles(1.0, khz) == math.ceil(harness.HOST_MARGIN * khz)  # 1 ms: 1.5 ms of cycles
+    assert harness.wait_cycles(1.0, 1_000_000) < harness.wait_cycles(1.0, khz)  # cycles, not time
+    assert harness.wait_cycles(1e4, khz) == math.ceil(harness.MAX_WAIT_MS * khz)
+    assert harness.wait_cycles(1.0, 0) == math.ceil(harness.HOST_MARGIN * 2_000_000)  # no clock reported
+
+
+@pytest.mark.gpu
 def test_host_ms_is_what_the_gpu_time_leaves_out():
     """The same call: 50 µs on the host, a few µs on the GPU; host_ms sees the 50 µs. A call that
     synchronises pays the GPU work before it on the host too."""
