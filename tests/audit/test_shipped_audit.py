@@ -136,11 +136,18 @@ def test_full_audit_judges_measured_claims_on_h200(full):
         assert len(rows) == 1, cid
 
 
-def test_the_shipped_fp8_ratio_is_borderline(full):
-    """H200 runs have put fp8-2pf on both sides of its 2% tolerance (1.94×, 1.96× against 1.97×): whichever
-    side the shipped medians fall on, the band says the verdict sits on the edge. Most verdicts do not move."""
-    row = full[(full["claim_id"] == "fp8-2pf") & (full["gpu"] == "h200")].iloc[0]
-    assert row["borderline"] and row["band"] == "holds, partly" and row["verdict"] in ("holds", "partly")
+def test_the_shipped_borderline_verdicts_name_both_sides(full):
+    """A measured verdict whose band of the shipped timings reaches across its tolerance's edge is marked
+    borderline, its band naming the verdicts on both sides, its own among them. Which claims sit there moves
+    from run to run (fp8-2pf has come out at 1.90-1.96x against 1.97x: on the edge in some H200 runs, plainly
+    partly in others), so the test holds the rule, not a list; most verdicts do not move."""
     measured = full[full["gpu"] == "h200"]
-    assert 1 <= int(measured["borderline"].sum()) < len(measured) // 4
+    edge = measured[measured["borderline"]]
+    assert 1 <= len(edge) < len(measured) // 4
+    for _, row in edge.iterrows():
+        sides = row["band"].split(", ")
+        assert len(sides) == 2 and row["verdict"] in sides and set(sides) <= set(audit.VERDICTS), row.to_dict()
+    ratio = measured[measured["claim_id"] == "fp8-2pf"].iloc[0]
+    assert ratio["verdict"] in ("holds", "partly")
+    assert ratio["band"] == ("holds, partly" if ratio["borderline"] else ratio["verdict"])
     assert (full.loc[~full["borderline"], "band"].isin(["", *audit.VERDICTS])).all()
