@@ -169,18 +169,24 @@ def test_time_gpu_quantiles_ordered():
     assert 0 < timing.ms_p20 <= timing.ms_median <= timing.ms_p80
 
 
-@pytest.mark.gpu
-def test_time_gpu_leaves_out_the_host_side():
-    """A call that spends 50 µs on the host before launching a few µs of GPU work is timed at the GPU work
-    (the GPU-side wait before each start event covers the host side), and far below the host time."""
+def _host_then_gpu(seconds: float):
+    """A call that busy-waits ``seconds`` on the host, then launches a few µs of GPU work."""
     x = torch.zeros(1024, device="cuda")
 
     def call():
         t = time.perf_counter()
-        while time.perf_counter() - t < 50e-6:
+        while time.perf_counter() - t < seconds:
             pass
         x.add_(1.0)
 
+    return call
+
+
+@pytest.mark.gpu
+def test_time_gpu_leaves_out_the_host_side():
+    """A call that spends 50 µs on the host before launching a few µs of GPU work is timed at the GPU work
+    (the GPU-side wait before each start event covers the host side), and far below the host time."""
+    call = _host_then_gpu(50e-6)
     assert harness.time_gpu(call, warmup_ms=2, rep_ms=10).ms_median < 0.02
 
 
@@ -188,15 +194,8 @@ def test_time_gpu_leaves_out_the_host_side():
 def test_time_gpu_leaves_out_a_host_side_longer_than_the_shortest_wait():
     """A call that spends 2 ms on the host (20 times the shortest wait, as FP8 attention's end-to-end call
     does about 1 ms) before a few µs of GPU work: the wait grows with the host side, so the timing is
-    still the GPU work's. With a fixed 100 µs wait it came out near 2 ms."""
-    x = torch.zeros(1024, device="cuda")
-
-    def call():
-        t = time.perf_counter()
-        while time.perf_counter() - t < 2e-3:
-            pass
-        x.add_(1.0)
-
+    still the GPU work's. A fixed 100 µs wait would let most of the 2 ms into it."""
+    call = _host_then_gpu(2e-3)
     timing = harness.time_gpu(call, warmup_ms=10, rep_ms=40)
     assert timing.host_ms >= 2.0 and timing.ms_median < 0.05
 
@@ -216,13 +215,7 @@ def test_the_wait_covers_the_host_side():
 def test_host_ms_is_what_the_gpu_time_leaves_out():
     """The same call: 50 µs on the host, a few µs on the GPU; host_ms sees the 50 µs. A call that
     synchronises pays the GPU work before it on the host too."""
-    x = torch.zeros(1024, device="cuda")
-
-    def call():
-        t = time.perf_counter()
-        while time.perf_counter() - t < 50e-6:
-            pass
-        x.add_(1.0)
+    call = _host_then_gpu(50e-6)
 
     timing = harness.time_gpu(call, warmup_ms=2, rep_ms=10)
     assert 0.05 <= timing.host_ms < 1.0 and timing.host_ms > 2 * timing.ms_median
