@@ -105,25 +105,27 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep
     torch.cuda.synchronize()
     host_ms = host_time(fn)
     wait = wait_cycles(host_ms, torch.cuda.get_device_properties(device).clock_rate)
+
+    def prepare():  # before every repetition: the L2 flushed, then the wait that covers the host side
+        flush.zero_()
+        torch.cuda._sleep(wait)
+
     # the number of repetitions, from 5 calls with their flushes and waits (so that rep_ms is the wall time)
     start, end = event(), event()
     start.record()
     for _ in range(5):
-        flush.zero_()
-        torch.cuda._sleep(wait)
+        prepare()
         fn()
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)  # ms of one repetition, flush and wait included
     for _ in range(max(1, int(warmup_ms / estimate))):  # warm-up repetitions like the timed ones
-        flush.zero_()
-        torch.cuda._sleep(wait)
+        prepare()
         fn()
     reps = max(1, int(rep_ms / estimate))
     starts, ends = [event() for _ in range(reps)], [event() for _ in range(reps)]
     for i in range(reps):
-        flush.zero_()
-        torch.cuda._sleep(wait)
+        prepare()
         starts[i].record()
         fn()
         ends[i].record()
