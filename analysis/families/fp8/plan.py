@@ -21,7 +21,10 @@ schedule, ``ours-fp8-block-<switch>``, a name of ``FA3_ABLATIONS``, with that te
 it), ``-e2e`` ``fp8.attention`` on the 16-bit inputs, quantisation timed with the kernel
 (else inputs quantised before timing, FlashAttention-3's convention). ``fp8-speed`` also times our bf16 FA-3
 (``ours-fa3``). ``fp8-mm`` / ``bf16-mm``: this run's GEMM ceilings (``torch._scaled_mm`` in e4m3,
-``torch.matmul`` in bf16, 8192³), measured once per ``fp8-speed`` point.
+``torch.matmul`` in bf16, 8192³), measured once per ``fp8-speed`` point. ``fp8-quantize-<granularity>``:
+the quantisation ``fp8.attention`` runs before its kernel (``fp8.quantize_qkv``: the fused quantiser on Q, K
+and V, V in the kernel's layout), timed alone; ``copy-qkv``: a device copy of the same Q, K, V bytes, the
+copy bandwidth the quantiser's byte floor is taken at.
 """
 
 from __future__ import annotations
@@ -38,8 +41,12 @@ FP8_IMPLS = tuple(
     f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e")
 ) + FP8_ABLATION_IMPLS
 CEILING_IMPLS = ("fp8-mm", "bf16-mm")
+# fp8.attention's quantisation step alone, per granularity, and a device copy of the same Q, K, V: the
+# copy bandwidth that the quantiser's byte floor is taken at
+QUANTIZER_IMPLS = tuple(f"fp8-quantize-{g}" for g in FP8_GRANULARITIES if g != "none")
+COPY_IMPL = "copy-qkv"
 EXPERIMENT_IMPLS = {
-    "fp8-speed": FP8_IMPLS + ("ours-fa3",) + attention.DENSE_IMPLS + CEILING_IMPLS,
+    "fp8-speed": FP8_IMPLS + ("ours-fa3",) + attention.DENSE_IMPLS + CEILING_IMPLS + QUANTIZER_IMPLS + (COPY_IMPL,),
     "fp8-accuracy": FP8_IMPLS + attention.DENSE_IMPLS,
     "fp8-ablation": ("ours-fp8-block",) + FP8_ABLATION_IMPLS + attention.FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
 }
@@ -94,7 +101,8 @@ def shards(config: dict) -> dict[str, dict]:
 
 
 # the attention family's cost model, with the nominal rate of our FP8 kernel
-NOMINAL_TFLOPS = {**attention.NOMINAL_TFLOPS, **{impl: 600 for impl in FP8_IMPLS}}
+NOMINAL_TFLOPS = {**attention.NOMINAL_TFLOPS, **{impl: 600 for impl in FP8_IMPLS},
+                  **{impl: 1e9 for impl in QUANTIZER_IMPLS + (COPY_IMPL,)}}  # (no FLOPs: memory-bound, µs)
 COMPILE_S = attention.COMPILE_S
 
 

@@ -10,7 +10,10 @@ its measuring parts (``analysis.families.attention.measure``) for the 16-bit imp
   and ``bf16-mm`` (``torch.matmul``), both 8192 × 8192 × 8192 (their rows keep the point's shape columns;
   the message names the GEMM). Our FP8 rows are gated against float64 attention of the dequantised inputs,
   bounded by a float64 replica of P's e4m3 rounding on the same rows
-  (``reference.p_rounded_attention_rows``); the others by the attention grid's usual gate.
+  (``reference.p_rounded_attention_rows``); the others by the attention grid's usual gate. Also the fused
+  quantiser alone (``fp8-quantize-<granularity>``: ``fp8.quantize_qkv`` as ``fp8.attention`` calls it,
+  ``model_bytes`` its byte floor, ``gbps``) and ``copy-qkv``, a device copy of the same Q, K, V bytes:
+  the copy bandwidth the floor is taken at (``analysis.families.fp8.summary``).
 - ``fp8-accuracy``: nothing timed; for each input distribution (``inputs``: ``normal``, N(0, 1);
   ``outliers``, FlashAttention-3's setting, N(0, 1) plus N(0, 100) on a 0.1 % Bernoulli mask, for Q, K
   and V; ``large``, V × 1000, past e4m3's ±448; ``small``, Q, K, V × 1/1000, below its smallest normal),
@@ -48,7 +51,7 @@ from analysis.core.flops import attention_flops, gemm_flops, tflops
 from analysis.core.points import DTYPES, generator, sample_rows, short
 from analysis.families.attention import measure as att
 from analysis.families.attention.plan import FA3_ABLATIONS
-from analysis.families.fp8.plan import FP8_GRANULARITIES, Fp8Spec
+from analysis.families.fp8.plan import COPY_IMPL, FP8_GRANULARITIES, QUANTIZER_IMPLS, Fp8Spec
 from kernels import tolerance
 from kernels.attention import reference
 
@@ -210,6 +213,10 @@ def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], 
                 row = _accuracy(spec, impl, q, k, v, sample, ref, base)
             elif impl in ("fp8-mm", "bf16-mm"):
                 row = _ceiling(spec, impl, base, device, timed)
+            elif impl.startswith("fp8-quantize-"):
+                row = _quantizer(spec, impl, q, k, v, base, timed)
+            elif impl == COPY_IMPL:
+                row = _copy_qkv(spec, q, k, v, base, timed)
             elif impl.startswith("ours-fp8-"):
                 row = _speed_fp8(spec, impl, q, k, v, sample, base, timed)
             else:
@@ -300,6 +307,93 @@ def _ceiling(spec: Fp8Spec, impl: str, base: dict, device, timed: bool) -> dict:
         status, msg = harness.classify(exc)
         harness.release_memory()
         return make_row(base, impl, status, f"{message}: {msg}", **metrics)
+
+
+# e4m3 rounds to nearest: within half a step of the value, 2⁻⁴ of it for normals, 2⁻¹⁰ (of the scale) below;
+# the slack covers the fp32 roundings of dividing by the scale and of the dequantised product at a tie
+_E4M3_HALF_STEP, _E4M3_HALF_SUBNORMAL, _SLACK = 2.0**-4, 2.0**-10, 1 + 2.0**-10
+
+
+def _quantizer(spec: Fp8Spec, impl: str, q, k, v, base: dict, timed: bool) -> dict:
+    """``fp8.quantize_qkv`` as ``fp8.attention`` calls it before its kernel (the kernel's blocks, V straight
+    into its layout), timed alone. Gate, on batch 0 of each tensor: every dequantised value within e4m3's
+    rounding of its input (half a step), and every descale that of ``fp8.quantize`` (the torch reference:
+    group amax / 448) to fp32 rounding. ``model_bytes``: its byte floor, the 16-bit inputs read once and the
+    e4m3 outputs (V's padding included) and descales written once."""
+    from kernels.attention import fp8
+
+    granularity = impl.removeprefix("fp8-quantize-")
+    metrics: dict = {}
+    try:
+        if impl not in QUANTIZER_IMPLS:
+            raise ValueError(f"not a quantiser implementation: {impl!r} (expected one of {QUANTIZER_IMPLS})")
+        kernel = fp8.kernel_for(q.device, q.shape[-1])
+        blocks = fp8.blocks(kernel, q.shape[-1])
+        layout = "the FA-3 kernel's V layout" if kernel == "fa3" else "V transposed"
+        metrics["kernel_config"] = (f"fused quantiser, granularity={granularity}, blocks={blocks[0]}/{blocks[1]}, "
+                                    f"{layout}")  # fmt: skip
+
+        def call():
+            return fp8.quantize_qkv(q, k, v, granularity, blocks=blocks, fa3_layout=kernel == "fa3")
+
+        q8, k8, v8, qs, ks, vs = call()
+        v_stored = v8.data if kernel == "fa3" else v8
+        v8 = v8.rows() if kernel == "fa3" else v8
+        metrics["model_bytes"] = float(sum(x.numel() * x.element_size() for x in (q, k, v))
+                                       + sum(x.numel() * x.element_size() for x in (q8, k8, qs, ks, vs))
+                                       + v_stored.numel() * v_stored.element_size())  # fmt: skip
+        worst, sq, count = 0.0, 0.0, 0
+        for name, x, x8, scale, block in (("q", q, q8, qs, blocks[0]), ("k", k, k8, ks, blocks[1]),
+                                          ("v", v, v8, vs, blocks[1])):  # fmt: skip
+            _, want = fp8.quantize(x, granularity, block)
+            if not torch.allclose(scale, want, rtol=2.0**-23, atol=0.0):
+                return make_row(base, impl, "mismatch", f"{impl}: {name}'s descales differ from fp8.quantize's "
+                                "(group amax / 448)", **metrics)  # fmt: skip
+            xf, own = x[:1].float(), scale[:1] if scale.dim() else scale
+            err = (xf - fp8.dequantize(x8[:1], own, block)).abs()
+            unit = fp8.dequantize(torch.ones(xf.shape, device=xf.device).to(x8.dtype), own, block)  # each scale
+            half_step = torch.maximum(xf.abs() * _E4M3_HALF_STEP, _E4M3_HALF_SUBNORMAL * unit) * _SLACK
+            bad = int((err > half_step).sum())
+            if bad:
+                return make_row(base, impl, "mismatch", f"{impl}: {bad} of {name}'s values (batch 0) are further "
+                                "from their input than e4m3's rounding", **metrics)  # fmt: skip
+            worst, sq, count = max(worst, float(err.max())), sq + float((err.double() ** 2).sum()), count + err.numel()
+        metrics.update(max_abs_err=worst, rms_err=math.sqrt(sq / max(count, 1)))
+        del q8, k8, v8, v_stored, qs, ks, vs
+        message = "fp8.attention's quantisation alone (Q, K, V); model_bytes: read once, written once"
+        if not timed:
+            return make_row(base, impl, "ok", message, **metrics)
+        metrics.update(att.time_call(call, spec))
+        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
+        return make_row(base, impl, "ok", message, **metrics)
+    except Exception as exc:
+        status, msg = harness.classify(exc)
+        harness.release_memory()
+        return make_row(base, impl, status, f"{impl}: {msg}", **metrics)
+
+
+def _copy_qkv(spec: Fp8Spec, q, k, v, base: dict, timed: bool) -> dict:
+    """A device copy of Q, K and V's bytes (one tensor holding the three): this GPU's copy bandwidth at the
+    point, which the quantiser's byte floor is taken at."""
+    qkv = torch.cat([x.reshape(-1) for x in (q, k, v)])
+    metrics: dict = {"model_bytes": 2.0 * qkv.numel() * qkv.element_size()}  # read once, written once
+    try:
+        exact = torch.equal(qkv.clone(), qkv)
+        metrics.update(max_abs_err=0.0 if exact else math.nan, rms_err=0.0 if exact else math.nan)
+        if not exact:
+            return make_row(base, COPY_IMPL, "mismatch", f"{COPY_IMPL}: the copy differs from its source", **metrics)
+        message = "a device copy of the point's Q, K and V bytes (the copy bandwidth)"
+        if not timed:
+            return make_row(base, COPY_IMPL, "ok", message, **metrics)
+        metrics.update(att.time_call(qkv.clone, spec))
+        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
+        return make_row(base, COPY_IMPL, "ok", message, **metrics)
+    except Exception as exc:
+        status, msg = harness.classify(exc)
+        harness.release_memory()
+        return make_row(base, COPY_IMPL, status, f"{COPY_IMPL}: {msg}", **metrics)
+    finally:
+        del qkv
 
 
 def _accuracy(spec: Fp8Spec, impl: str, q, k, v, sample, ref, base: dict) -> dict:

@@ -159,6 +159,42 @@ def test_speed_rows_on_cpu_are_gated_not_timed(env):
     assert fp8_rows["kernel_config"].str.startswith("triton: ").all(), fp8_rows["kernel_config"]
 
 
+def test_quantiser_and_copy_rows_on_cpu(env, monkeypatch):
+    """fp8-quantize-<granularity> times fp8.attention's quantisation alone, gated against e4m3's rounding and
+    fp8.quantize's descales; copy-qkv copies the same bytes. Both carry model_bytes; a quantiser that
+    writes wrong values or wrong descales is a mismatch row, naming the tensor."""
+    from kernels.attention import fp8 as kernels_fp8
+
+    spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
+                hidden=64, impls=["fp8-quantize-block", "fp8-quantize-tensor", "copy-qkv"], check_rows=16)  # fmt: skip
+    df = ATTENTION.frame(fp8.run(spec, env, device="cpu", log_line=lambda s: None)).set_index("impl")
+    assert (df["status"] == "ok").all(), df[["status", "message"]]
+    elements = 2 * 2 * 64 * 32  # batch 2, heads 2, N 64, d 32 per tensor
+    assert df.loc["copy-qkv", "model_bytes"] == 2 * 3 * elements * 2
+    # 16-bit in, e4m3 out (V's keys already a multiple of 32: no padding), plus the fp32 descales
+    blocks = kernels_fp8.blocks("triton", 32)
+    nscales = 4 * (math.ceil(64 / blocks[0]) + 2 * math.ceil(64 / blocks[1]))
+    assert df.loc["fp8-quantize-block", "model_bytes"] == 3 * elements * 3 + 4 * nscales
+    assert df.loc["fp8-quantize-tensor", "model_bytes"] == 3 * elements * 3 + 4 * 3
+    assert 0 < df.loc["fp8-quantize-block", "max_abs_err"] < 0.5 and df.loc["copy-qkv", "max_abs_err"] == 0
+    assert "blocks=" in df.loc["fp8-quantize-block", "kernel_config"]
+
+    real = kernels_fp8.quantize_qkv
+
+    def off_by(scale_factor, value_factor):
+        def broken(*args, **kwargs):
+            q8, k8, v8, qs, ks, vs = real(*args, **kwargs)
+            return q8, k8, (v8.float() * value_factor).to(v8.dtype), qs, ks * scale_factor, vs
+        return broken
+
+    for broken, what in ((off_by(2.0, 1.0), "k's descales"), (off_by(1.0, 0.5), "of v's values")):
+        monkeypatch.setattr(kernels_fp8, "quantize_qkv", broken)
+        spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
+                    hidden=64, impls=["fp8-quantize-block"], check_rows=16)  # fmt: skip
+        (row,) = fp8.run(spec, env, device="cpu", log_line=lambda s: None)
+        assert row["status"] == "mismatch" and what in row["message"], row["message"]
+
+
 def test_fp8_ceiling_is_unsupported_without_fp8_tensor_cores(env, monkeypatch):
     """On a GPU of compute capability < 8.9 the fp8-mm row says why it was not measured (before any work)."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))

@@ -27,3 +27,18 @@ def test_where_the_end_to_end_time_goes():
 def test_no_line_without_both_rows():
     speed = _rows({(False, 4096): {"ours-fp8-block": 0.8, "ours-fa3": 1.3}})
     assert summary._e2e_time(speed, ["ours-fa3"]) == []
+
+
+def test_quantiser_against_its_byte_floor():
+    # the copy moves 3000 GB/s; the block quantiser 1600 and 1400 (1.88× and 2.14× its floor), the tensor one
+    # 2000 (1.5×); N = 2048 is below the range
+    points = ((False, 4096, "copy-qkv", 3000.0), (False, 4096, "fp8-quantize-block", 1600.0),
+              (True, 4096, "copy-qkv", 3000.0), (True, 4096, "fp8-quantize-block", 1400.0),
+              (False, 4096, "fp8-quantize-tensor", 2000.0),
+              (False, 2048, "copy-qkv", 3000.0), (False, 2048, "fp8-quantize-block", 10.0))  # fmt: skip
+    rows = [dict(impl=impl, causal=causal, seqlen_q=n, head_dim=128, gbps=gbps) for causal, n, impl, gbps in points]
+    block, tensor = summary._quantizer_floor(pd.DataFrame(rows))
+    assert "per block" in block.what and "copy-qkv" in block.what and block.target == "≤ 2×"
+    assert (block.measured, block.met) == ("1.88–2.14×", "partly")
+    assert (tensor.measured, tensor.met) == ("1.50×", "yes")
+    assert summary._quantizer_floor(pd.DataFrame(rows[1:2])) == []  # no copy row: no line
