@@ -361,11 +361,7 @@ def _quantizer(spec: Fp8Spec, impl: str, q, k, v, base: dict, timed: bool) -> di
         metrics.update(max_abs_err=worst, rms_err=math.sqrt(sq / max(count, 1)))
         del q8, k8, v8, v_stored, qs, ks, vs
         message = "fp8.attention's quantisation alone (Q, K, V); model_bytes: read once, written once"
-        if not timed:
-            return make_row(base, impl, "ok", message, **metrics)
-        metrics.update(att.time_call(call, spec))
-        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
-        return make_row(base, impl, "ok", message, **metrics)
+        return _bytes_row(spec, impl, call, base, timed, message, metrics)
     except Exception as exc:
         status, msg = harness.classify(exc)
         harness.release_memory()
@@ -375,25 +371,28 @@ def _quantizer(spec: Fp8Spec, impl: str, q, k, v, base: dict, timed: bool) -> di
 def _copy_qkv(spec: Fp8Spec, q, k, v, base: dict, timed: bool) -> dict:
     """A device copy of Q, K and V's bytes (one tensor holding the three): this GPU's copy bandwidth at the
     point, which the quantiser's byte floor is taken at."""
-    qkv = torch.cat([x.reshape(-1) for x in (q, k, v)])
-    metrics: dict = {"model_bytes": 2.0 * qkv.numel() * qkv.element_size()}  # read once, written once
+    metrics: dict = {"model_bytes": 2.0 * sum(x.numel() * x.element_size() for x in (q, k, v))}  # read, written
     try:
+        qkv = torch.cat([x.reshape(-1) for x in (q, k, v)])
         exact = torch.equal(qkv.clone(), qkv)
         metrics.update(max_abs_err=0.0 if exact else math.nan, rms_err=0.0 if exact else math.nan)
         if not exact:
             return make_row(base, COPY_IMPL, "mismatch", f"{COPY_IMPL}: the copy differs from its source", **metrics)
         message = "a device copy of the point's Q, K and V bytes (the copy bandwidth)"
-        if not timed:
-            return make_row(base, COPY_IMPL, "ok", message, **metrics)
-        metrics.update(att.time_call(qkv.clone, spec))
-        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
-        return make_row(base, COPY_IMPL, "ok", message, **metrics)
+        return _bytes_row(spec, COPY_IMPL, qkv.clone, base, timed, message, metrics)
     except Exception as exc:
         status, msg = harness.classify(exc)
         harness.release_memory()
         return make_row(base, COPY_IMPL, status, f"{COPY_IMPL}: {msg}", **metrics)
-    finally:
-        del qkv
+
+
+def _bytes_row(spec: Fp8Spec, impl: str, call, base: dict, timed: bool, message: str, metrics: dict) -> dict:
+    """The ok row of a memory-bound call that passed its gate: timed (with ``gbps`` from its ``model_bytes``)
+    where the shard times."""
+    if timed:
+        metrics.update(att.time_call(call, spec))
+        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
+    return make_row(base, impl, "ok", message, **metrics)
 
 
 def _accuracy(spec: Fp8Spec, impl: str, q, k, v, sample, ref, base: dict) -> dict:
