@@ -319,7 +319,7 @@ def time_call(call: Callable[[], object], spec: Spec) -> dict:
 
 def measure(spec: Spec, impl: str, cfg: str | None, p: Point, base: dict, timed: bool) -> dict:
     if impl == "copy-kv":
-        return measure_copy(spec, p, base, timed)
+        return measure_copy(spec, (p.kv,), base, timed)
     causal, dtype = spec.causal, DTYPES[spec.dtype]
     metrics: dict = {"kernel_config": cfg or ""}
     try:
@@ -380,22 +380,24 @@ def measure(spec: Spec, impl: str, cfg: str | None, p: Point, base: dict, timed:
         return make_row(base, impl, status, message, **metrics)
 
 
-def measure_copy(spec: Spec, p: Point, base: dict, timed: bool) -> dict:
-    """A device copy of the K/V bytes (one tensor holding K and V): the copy bandwidth of this GPU."""
-    metrics: dict = {"model_bytes": 2.0 * p.kv.numel() * p.kv.element_size()}  # read once, written once
+def measure_copy(spec: Spec, parts: tuple[torch.Tensor, ...], base: dict, timed: bool, impl: str = "copy-kv",
+                 message: str = "", columns=METRICS) -> dict:  # fmt: skip
+    """A device copy of the bytes of ``parts`` (one tensor holding them all; the point's K/V for ``copy-kv``):
+    the copy bandwidth of this GPU. ``columns``: the metric columns of the caller's rows."""
+    metrics: dict = {"model_bytes": 2.0 * sum(t.numel() * t.element_size() for t in parts)}  # read, written once
     try:
-        copy = p.kv.clone()
-        exact = torch.equal(copy, p.kv)
+        src = parts[0] if len(parts) == 1 else torch.cat([t.reshape(-1) for t in parts])
+        copy = src.clone()
+        exact = torch.equal(copy, src)
         del copy
         metrics.update(max_abs_err=0.0 if exact else math.nan, rms_err=0.0 if exact else math.nan)
         if not exact:
-            return make_row(base, "copy-kv", "mismatch", "copy-kv: the copy differs from its source", **metrics)
-        if not timed:
-            return make_row(base, "copy-kv", "ok", "", **metrics)
-        metrics.update(time_call(p.kv.clone, spec))
-        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
-        return make_row(base, "copy-kv", "ok", "", **metrics)
+            return make_row(base, impl, "mismatch", f"{impl}: the copy differs from its source", columns, **metrics)
+        if timed:
+            metrics.update(time_call(src.clone, spec))
+            metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
+        return make_row(base, impl, "ok", message, columns, **metrics)
     except Exception as exc:
-        status, message = harness.classify(exc)
+        status, why = harness.classify(exc)
         harness.release_memory()
-        return make_row(base, "copy-kv", status, message, **metrics)
+        return make_row(base, impl, status, why, columns, **metrics)

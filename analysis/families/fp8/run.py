@@ -51,7 +51,7 @@ from analysis.core.flops import attention_flops, gemm_flops, tflops
 from analysis.core.points import DTYPES, generator, sample_rows, short
 from analysis.families.attention import measure as att
 from analysis.families.attention.plan import FA3_ABLATIONS
-from analysis.families.fp8.plan import COPY_IMPL, FP8_GRANULARITIES, QUANTIZER_IMPLS, Fp8Spec
+from analysis.families.fp8.plan import COPY_IMPL, FP8_GRANULARITIES, Fp8Spec
 from kernels import tolerance
 from kernels.attention import reference
 
@@ -215,8 +215,9 @@ def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], 
                 row = _ceiling(spec, impl, base, device, timed)
             elif impl.startswith("fp8-quantize-"):
                 row = _quantizer(spec, impl, q, k, v, base, timed)
-            elif impl == COPY_IMPL:
-                row = _copy_qkv(spec, q, k, v, base, timed)
+            elif impl == COPY_IMPL:  # the copy bandwidth the quantiser's byte floor is taken at
+                row = att.measure_copy(spec, (q, k, v), base, timed, COPY_IMPL,
+                                       "a device copy of the point's Q, K and V bytes (the copy bandwidth)", METRICS)
             elif impl.startswith("ours-fp8-"):
                 row = _speed_fp8(spec, impl, q, k, v, sample, base, timed)
             else:
@@ -325,8 +326,6 @@ def _quantizer(spec: Fp8Spec, impl: str, q, k, v, base: dict, timed: bool) -> di
     granularity = impl.removeprefix("fp8-quantize-")
     metrics: dict = {}
     try:
-        if impl not in QUANTIZER_IMPLS:
-            raise ValueError(f"not a quantiser implementation: {impl!r} (expected one of {QUANTIZER_IMPLS})")
         kernel = fp8.kernel_for(q.device, q.shape[-1])
         blocks = fp8.blocks(kernel, q.shape[-1])
         layout = "the FA-3 kernel's V layout" if kernel == "fa3" else "V transposed"
@@ -360,39 +359,15 @@ def _quantizer(spec: Fp8Spec, impl: str, q, k, v, base: dict, timed: bool) -> di
             worst, sq, count = max(worst, float(err.max())), sq + float((err.double() ** 2).sum()), count + err.numel()
         metrics.update(max_abs_err=worst, rms_err=math.sqrt(sq / max(count, 1)))
         del q8, k8, v8, v_stored, qs, ks, vs
+        if timed:
+            metrics.update(att.time_call(call, spec))
+            metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
         message = "fp8.attention's quantisation alone (Q, K, V); model_bytes: read once, written once"
-        return _bytes_row(spec, impl, call, base, timed, message, metrics)
+        return make_row(base, impl, "ok", message, **metrics)
     except Exception as exc:
         status, msg = harness.classify(exc)
         harness.release_memory()
         return make_row(base, impl, status, f"{impl}: {msg}", **metrics)
-
-
-def _copy_qkv(spec: Fp8Spec, q, k, v, base: dict, timed: bool) -> dict:
-    """A device copy of Q, K and V's bytes (one tensor holding the three): this GPU's copy bandwidth at the
-    point, which the quantiser's byte floor is taken at."""
-    metrics: dict = {"model_bytes": 2.0 * sum(x.numel() * x.element_size() for x in (q, k, v))}  # read, written
-    try:
-        qkv = torch.cat([x.reshape(-1) for x in (q, k, v)])
-        exact = torch.equal(qkv.clone(), qkv)
-        metrics.update(max_abs_err=0.0 if exact else math.nan, rms_err=0.0 if exact else math.nan)
-        if not exact:
-            return make_row(base, COPY_IMPL, "mismatch", f"{COPY_IMPL}: the copy differs from its source", **metrics)
-        message = "a device copy of the point's Q, K and V bytes (the copy bandwidth)"
-        return _bytes_row(spec, COPY_IMPL, qkv.clone, base, timed, message, metrics)
-    except Exception as exc:
-        status, msg = harness.classify(exc)
-        harness.release_memory()
-        return make_row(base, COPY_IMPL, status, f"{COPY_IMPL}: {msg}", **metrics)
-
-
-def _bytes_row(spec: Fp8Spec, impl: str, call, base: dict, timed: bool, message: str, metrics: dict) -> dict:
-    """The ok row of a memory-bound call that passed its gate: timed (with ``gbps`` from its ``model_bytes``)
-    where the shard times."""
-    if timed:
-        metrics.update(att.time_call(call, spec))
-        metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
-    return make_row(base, impl, "ok", message, **metrics)
 
 
 def _accuracy(spec: Fp8Spec, impl: str, q, k, v, sample, ref, base: dict) -> dict:
