@@ -3,11 +3,13 @@
 What it is: x ≈ x₈ · scale with scale = amax / 448 over a group (``kernels.attention.fp8``'s granularities:
 per tensor, per (batch, head), per block of ``block`` sequence rows, or ``"none"``: scale 1), the division,
 the clamp to ±448 and the cast in one Triton kernel per tensor, the amax on the GPU. Per block, each program
-owns one block and walks it twice, for its amax and then to quantise (the second pass reads from L1/L2, so
-the memory sees one read): row-major in chunks of rows, transposed in strips of columns, all the block's rows
-each (``_tiling`` says how big and why). Per head and per tensor, a first kernel takes
-each block's amax and folds it into the group's with an atomic max (on the float's bits, which order like
-the floats for non-negative values), and the second one quantises: two reads of the input, one write.
+owns one block: a block of up to 16384 elements (the FA-3 kernel's blocks up to d = 128) it holds whole, in
+its 16-bit dtype, and quantises in one pass from registers; a bigger one it walks twice, for its amax and
+then to quantise (the second pass reads from L1/L2, so the memory sees one read), row-major in chunks of
+rows, transposed in strips of columns, all the block's rows each (``_tiling`` says how big and why). Per
+head and per tensor, a first kernel takes each block's amax and folds it into the group's with an atomic
+max (on the float's bits, which order like the floats for non-negative values), and the second one
+quantises: two reads of the input, one write.
 ``transpose`` writes ``[B, H, d, N']`` instead (N' = N rounded up to 16 elements, so every row of the
 transposed tensor starts 16-byte aligned, as TMA needs), returned as its ``[B, H, d, N]`` view: the layout
 of V for the FP8 WGMMA, which reads its B operand K-major only. ``interleave`` also orders the keys of every
@@ -41,6 +43,7 @@ from kernels._runtime import INTERPRET, device_guard
 E4M3_MAX = 448.0
 GRANULARITIES = ("none", "tensor", "head", "block")
 _ROWS = 64  # rows per program of the head and tensor granularities (a block is one program)
+WHOLE_ELEMENTS = 16384  # the biggest block a program holds whole (``_tiling``)
 
 
 class QuantizedFP8(typing.NamedTuple):
@@ -72,21 +75,22 @@ def _round_to_e4m3(x):
 
 @triton.jit
 def _abs_max(x):
-    """max |x| of a tile, +Inf if it holds a NaN (max alone would skip it)."""
-    return tl.max(tl.max(tl.where(x == x, tl.abs(x), float("inf")), axis=1), axis=0)
+    """max |x| of a tile in fp32, +Inf if it holds a NaN (max alone would skip it)."""
+    a = tl.abs(x).to(tl.float32)
+    return tl.max(tl.max(tl.where(a == a, a, float("inf")), axis=1), axis=0)
 
 
 @triton.jit
 def _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
            BLOCK_D: tl.constexpr, COL0: tl.constexpr = 0):  # fmt: skip
-    """The given rows of one (batch, head), columns COL0 … COL0 + BLOCK_D, as fp32, zeros past the end and in
-    the head-dim padding."""
+    """The given rows of one (batch, head), columns COL0 … COL0 + BLOCK_D, in the input's dtype (a block
+    held whole stays 16-bit in registers), zeros past the end and in the head-dim padding."""
     b = (off_bh // heads).to(tl.int64)
     h = (off_bh % heads).to(tl.int64)
     cols = COL0 + tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
     ptrs = X + b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n + cols[None, :] * stride_d
-    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32), rows, cols, mask
+    return tl.load(ptrs, mask=mask, other=0.0), rows, cols, mask
 
 
 @triton.jit
@@ -112,7 +116,7 @@ def _amax_kernel(
 @triton.jit
 def _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
            BLOCK_D: tl.constexpr, INTERLEAVE: tl.constexpr, COL0: tl.constexpr = 0):  # fmt: skip
-    """The rows ``slots`` of a block as fp32 (``_block``); with INTERLEAVE the keys those columns of the FA-3
+    """The rows ``slots`` of a block (``_block``); with INTERLEAVE the keys those columns of the FA-3
     layout hold instead (``fa3.fp8_key_slots``' inverse, within each 16 keys, so within the block)."""
     rows = slots
     if INTERLEAVE:
@@ -190,8 +194,8 @@ def _quantize_kernel(
             local = tl.maximum(local, _abs_max(x))
         if GRANULARITY == 3 and WHOLE:
             scale = _group_scale(local, SCALE, AMAX, off_bh, pid_n, GRANULARITY)
-        y = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0)
-        y = tl.where(x != x, x, y)  # NaN stays NaN (the clamp would hide it)
+        # NaN stays NaN through the clamp (a select on x instead kept a second copy of the tile live)
+        y = tl.clamp(tl.math.div_rn(x.to(tl.float32), scale), -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
         if EMULATE:
             y = _round_to_e4m3(y)
         else:
@@ -209,17 +213,22 @@ def _quantize_kernel(
 
 
 def _tiling(rows: int, block_d: int, transpose: bool) -> tuple[int, int, int]:
-    """(rows a program holds at a time, columns it quantises at a time, warps): 16 elements a thread.
+    """(rows a program holds at a time, columns it quantises at a time, warps).
 
-    Row-major outputs: two passes over half a block at a time (an amax pass, then the quantising one, which
-    reads the block again from L1/L2), at most 16 warps. Transposed outputs: the amax pass in chunks of about
-    4096 elements, then the quantising pass over column strips of all the block's rows (each strip's
-    transposed stores are whole rows of keys, 16 bytes a thread). Holding a whole 128 × 128 block took 128
-    registers a thread at 16 warps on sm_90 (one program a multiprocessor, its loads and stores in turn);
-    smaller chunks keep the registers few and several programs on each multiprocessor. On an H200 (CUDA-graph
-    replay, a probe outside the pipeline, d = 128, every chunk, strip and warp count nearby tried) these
-    were the fastest for Q's, K's and V's blocks. Compiled by tests/kernels/test_fp8_quant.py: no spills,
-    16-byte stores."""
+    A block of up to ``WHOLE_ELEMENTS`` elements is held whole (one pass, 32 elements a thread: 8 warps for
+    64 × 128, 16 for 128 × 128), row-major or transposed. Kept in the input's 16-bit dtype, that takes at
+    most about 64 registers a thread on sm_90 for Q's, K's and V's blocks at d = 128 (fp32 copies of the
+    tile had taken twice that). On an H200 (harness timing, a probe outside the pipeline, d = 128, 4, 8 and
+    16 warps tried) this was faster for all three than the two-pass walk below, and 32 elements a thread
+    the fastest for each.
+
+    Bigger blocks: row-major, two passes over half a block at a time (an amax pass, then the quantising
+    one, which reads the block again from L1/L2), at most 16 warps; transposed, the amax pass in chunks of
+    about 4096 elements, then the quantising pass over column strips of all the block's rows (each strip's
+    transposed stores are whole rows of keys, 16 bytes a thread), 16 elements a thread. Compiled by
+    tests/kernels/test_fp8_quant.py: no spills, 16-byte stores."""
+    if rows * block_d <= WHOLE_ELEMENTS:
+        return rows, block_d, max(4, min(16, rows * block_d // 1024))
     if transpose:
         chunk = min(rows, max(16, 4096 // block_d))
         cols = max(16, min(block_d, chunk * block_d // rows))  # the strip: as many elements as a chunk

@@ -151,12 +151,13 @@ def test_non_finite_inputs_are_counted_not_hidden(value, device):
 
 @pytest.mark.parametrize("granularity", ["block", "head", "tensor"])
 def test_non_finite_inputs_in_a_chunked_block(granularity, device):
-    """A block walked in chunks (d = 128: 64 rows at a time, ``_tiling``) counts a NaN in any chunk once, and
-    its group's scale says so; the blocks around it keep theirs."""
-    assert fp8_quant._tiling(128, 128, False)[0] < 128  # (the case this test is about)
-    (x,) = random_tensors([(1, 2, 300, 128)], F16, device, seed=4)
-    x[0, 0, 128 + 77, 5] = float("nan")  # block 1, in its second chunk
-    got = fp8_quant.quantize(x, granularity, 128)
+    """A block walked in chunks (256 × 128: 64 rows at a time, ``_tiling``) counts a NaN in any chunk once, and
+    its group's scale says so; the blocks around it keep theirs (per head and tensor: 64-row tiles held
+    whole)."""
+    assert fp8_quant._tiling(256, 128, False)[0] < 256  # (the case this test is about)
+    (x,) = random_tensors([(1, 2, 600, 128)], F16, device, seed=4)
+    x[0, 0, 256 + 77, 5] = float("nan")  # block 1, in its second chunk
+    got = fp8_quant.quantize(x, granularity, 256)
     assert int(got.nonfinite.item()) == 1
     scale = got.scale.cpu()
     if granularity == "block":
@@ -167,7 +168,7 @@ def test_non_finite_inputs_in_a_chunked_block(granularity, device):
     else:
         assert not torch.isfinite(scale)
     x8 = got.x8.cpu().float()
-    assert torch.isnan(x8[0, 0, 128 + 77, 5]) and torch.isfinite(x8[0, 1]).all()
+    assert torch.isnan(x8[0, 0, 256 + 77, 5]) and torch.isfinite(x8[0, 1]).all()
 
 
 def test_empty_tensors(device):
