@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analysis import registry
@@ -174,8 +175,15 @@ def test_shipped_reference_table_still_loads():
     shipped = ROOT / "reports" / "reference" / "h200" / "attention.csv"
     back = ATTENTION.read_rows([shipped])
     assert len(back) > 0 and list(back.columns) == list(ATTENTION.columns)
-    # bandwidth is a decoding measure: NaN on every other experiment's rows
-    assert back.loc[back["experiment"] != "decode", "gbps"].isna().all()
+    # bandwidth goes with a byte model: decoding's rows and FP8's quantiser and copy rows carry both (the bytes
+    # over the median time), every other row neither
+    has = back["gbps"].notna()
+    assert (has == back["model_bytes"].notna()).all()
+    assert set(back.loc[has, "experiment"]) == {"decode", "fp8-speed"}
+    fp8_impls = back.loc[has & (back["experiment"] == "fp8-speed"), "impl"]
+    assert fp8_impls.str.match(r"^(copy-qkv|fp8-quantize-(tensor|head|block))$").all()
+    rows = back[has & (back["status"] == "ok")]
+    assert np.allclose(rows["gbps"], rows["model_bytes"] / (rows["ms_median"] * 1e6), rtol=1e-9)
 
 
 def test_result_schema_describes_every_column():
