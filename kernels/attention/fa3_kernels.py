@@ -41,12 +41,11 @@ still leave 256-key tiles and three consumers spilling, both about a fifth slowe
 (two ``MUFU.EX2.F16`` on sm_90), and a polynomial on the FMA units for some columns. The SASS shows where
 the exponentials sit: with the row sums on the tensor cores ptxas issues all 64 after the wait for P V, so
 the intra-warpgroup overlap hides only the row max and the exponents' FMAs behind that product. Making it
-issue them earlier took more time in a same-run probe (d = 128, N = 4096-16384, both masks): fp32 row sums,
-all 64 before the wait, 9-14%; P carried as e4m3 words made after the wait (48 registers fewer, 16
-exponentials before it), 1-7%; one exponential in four as a degree-3 polynomial on the FMA pipe (rounded to
-an integer by adding 1.5 · 2^23, no conversion instruction; 7.5e-5 relative error), 4-11%. Each lengthens the
-chain from the scores to the next tile's products, which, more than the special-function unit's rate, sets
-the pace.
+issue them earlier took more time in a same-run probe (d = 128, N = 4096-16384, both masks; slowest first):
+fp32 row sums, all 64 before the wait; one exponential in four as a degree-3 polynomial on the FMA pipe
+(rounded to an integer by adding 1.5 · 2^23, no conversion instruction); P carried as e4m3 words made after
+the wait (48 registers fewer, 16 exponentials before it). Each lengthens the chain from the scores to the
+next tile's products, which, more than the special-function unit's rate, sets the pace.
 
 Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
 """
