@@ -56,6 +56,7 @@ __all__ = [
     "default_config",
     "last_config",
     "kernel_specialisation",
+    "kernel_for_lengths",
     "q_tile_rows",
     "schedule_of",
 ]
@@ -368,10 +369,9 @@ def _launch(q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_sca
             kv_block=None) -> None:  # fmt: skip
     """The kernel on checked inputs. ``fp8``: None (16-bit), or ``(q_scale, k_scale, v_scale)`` with e4m3 q, k
     and ``v`` the data of ``FP8Values``."""
-    from kernels.attention.fa3_kernels import _fa3_fwd_kernel
-
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
+    kernel = kernel_for_lengths(seqlen_q, seqlen_k)
     constexprs, options = kernel_specialisation(config, schedule, causal, d, fp8=fp8 is not None, p_scale=p_scale,
                                                 q_block=q_block, kv_block=kv_block)  # fmt: skip
     rows = q_tile_rows(config, schedule)
@@ -383,13 +383,23 @@ def _launch(q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_sca
     strides = [x for sc in scales for x in scale_strides(sc)] if fp8 is not None else [0] * 9
     grid = (triton.cdiv(seqlen_q, config.cta_rows), b * h)
     with device_guard(q):
-        _fa3_fwd_kernel[grid](
+        kernel[grid](
             q_desc, k_desc, v_desc, o_desc, q, k, v, lse, *scales,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), *strides,
             seqlen_q, seqlen_k, h, h // k.shape[1], sm_scale * _LOG2E,
             **constexprs, **options,
         )  # fmt: skip
+
+
+def kernel_for_lengths(seqlen_q: int, seqlen_k: int):
+    """The kernel object ``_launch`` runs for these lengths: ``fa3_kernels._fa3_fwd_kernel``, or where a length
+    is 1 its copy that never specialises the lengths (``_fa3_fwd_kernel_any_length``: why, there)."""
+    from kernels.attention import fa3_kernels
+
+    if min(seqlen_q, seqlen_k) == 1:
+        return fa3_kernels._fa3_fwd_kernel_any_length
+    return fa3_kernels._fa3_fwd_kernel
 
 
 def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:

@@ -639,3 +639,14 @@ def _fa3_fwd_kernel(
         _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
                   0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8, P_SHIFT,
                   Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)  # fmt: skip
+
+
+# The same kernel with the sequence lengths always runtime values, for calls where one of them is 1: Triton
+# would fold a 1 into the code as a constant, and with the key mask constant the e4m3 packing of P miscompiles.
+# P's masked columns are then the same value, ptxas packs them with ``F2FP.…PACK_AB_MERGE_C`` taking the
+# other half of the register from one nothing wrote (``R5`` in the SASS, where the general code has ``RZ``),
+# and P's operand held whatever that register did: FP8 outputs that changed from run to run on an H200, NaN
+# at times (Triton 3.6's ptxas; Nq = Nk = 1; the FA-3 schedule at d = 128, the per-thread copies at d = 64
+# and 128). Runtime lengths give the general code, every length's; they lose only the 16-divisibility hint,
+# which one-row sequences do not have. ``fa3._launch`` picks this one where a length is 1.
+_fa3_fwd_kernel_any_length = gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k"])(_fa3_fwd_kernel.fn)

@@ -203,6 +203,21 @@ def test_config_is_validated(kwargs, error):
         fa3.FA3Config(**kwargs)
 
 
+def test_a_length_of_one_is_not_specialised():
+    """Where a length is 1 the launcher runs the kernel's copy whose lengths stay runtime values: Triton would
+    fold a 1 into the code, where ptxas miscompiles FP8's packing of P (``fa3_kernels``)."""
+    from kernels.attention import fa3_kernels
+
+    general = fa3.kernel_for_lengths(97, 300)
+    assert general is fa3_kernels._fa3_fwd_kernel
+    assert not {p.name: p.do_not_specialize for p in general.params}["seqlen_k"]
+    for lengths in [(1, 1), (1, 300), (97, 1)]:
+        kernel = fa3.kernel_for_lengths(*lengths)
+        assert kernel is fa3_kernels._fa3_fwd_kernel_any_length and kernel.fn is general.fn
+        flags = {p.name: p.do_not_specialize for p in kernel.params}
+        assert flags["seqlen_q"] and flags["seqlen_k"], lengths
+
+
 def test_config_parses_what_it_prints():
     cfg = fa3.FA3Config(64, 3, 1)
     assert fa3.FA3Config.parse(str(cfg)) == cfg
