@@ -646,7 +646,7 @@ def _fa3_fwd_kernel(
 # P's masked columns are then the same value, ptxas packs them with ``F2FP.…PACK_AB_MERGE_C`` taking the
 # other half of the register from one nothing wrote (``R5`` in the SASS, where the general code has ``RZ``),
 # and P's operand held whatever that register did: FP8 outputs that changed from run to run on an H200, NaN
-# at times (Triton 3.6's ptxas; Nq = Nk = 1; the FA-3 schedule at d = 128, the per-thread copies at d = 64
-# and 128). Runtime lengths give the general code, every length's; they lose only the 16-divisibility hint,
-# which one-row sequences do not have. ``fa3._launch`` picks this one where a length is 1.
+# at times (Triton 3.6's ptxas; Nq = Nk = 1; seen with FP8's default schedule at d = 64, FA-3's full one at
+# d = 128 and the per-thread copies at d = 64 and 128). Runtime lengths give the general code; the length
+# that is not 1 only loses its 16-divisibility hint. ``fa3.kernel_for_lengths`` picks this one.
 _fa3_fwd_kernel_any_length = gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k"])(_fa3_fwd_kernel.fn)
