@@ -101,8 +101,17 @@ def _texts(data: dict, topics: dict[str, str]) -> dict[str, ClaimText]:
             out[cid] = ClaimText(cid, c["topic"], bool(c.get("headline")), c["statement"], where, quotes, title)
         for p in parts:
             pid = audit.part_id(cid, p["part"])
-            out[pid] = ClaimText(pid, c["topic"], bool(p.get("headline", c.get("headline"))), p["statement"],
-                                 where, quotes, title, parent=cid, parent_statement=c["statement"])  # fmt: skip
+            out[pid] = ClaimText(
+                pid,
+                c["topic"],
+                bool(p.get("headline", c.get("headline"))),
+                p["statement"],
+                where,
+                quotes,
+                title,
+                parent=cid,
+                parent_statement=c["statement"],
+            )
     return out
 
 

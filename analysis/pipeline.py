@@ -84,12 +84,21 @@ def _same_measured_code(recorded: dict, env: dict, env_json) -> None:
 
     differ = code_changes(recorded["measured_code"], env["measured_code"])
     if differ:
-        raise RuntimeError(f"the measured code changed since {env_json} was written ({', '.join(differ[:8])}): "
-                           "delete it, and the workflow records the code that runs before measuring it")  # fmt: skip
+        raise RuntimeError(
+            f"the measured code changed since {env_json} was written ({', '.join(differ[:8])}): "
+            "delete it, and the workflow records the code that runs before measuring it"
+        )
 
 
-def run_shard(family: str, fields: dict, out_csv: str | Path, *, env_json: str | Path | None = None,
-              files: str | Path | None = None, check: bool = False) -> pd.DataFrame:  # fmt: skip
+def run_shard(
+    family: str,
+    fields: dict,
+    out_csv: str | Path,
+    *,
+    env_json: str | Path | None = None,
+    files: str | Path | None = None,
+    check: bool = False,
+) -> pd.DataFrame:
     """Measure one shard of ``family`` and write its rows to ``out_csv`` (a CSV of the family's table).
 
     On a GPU result set (``env_json``: its ``environment.json``) the job first checks that it runs on that GPU
@@ -130,8 +139,9 @@ def collect(table: str, inputs, out_csv: str | Path) -> pd.DataFrame:
     inputs = list(inputs)
     df = registry.table(table).read_rows(inputs)
     outputs.write_csv(df, out_csv)
-    log.info("collected %d %s rows from %d files into %s; statuses %s", len(df), table, len(inputs), out_csv,
-             _statuses(df))  # fmt: skip
+    log.info(
+        "collected %d %s rows from %d files into %s; statuses %s", len(df), table, len(inputs), out_csv, _statuses(df)
+    )
     return df
 
 
@@ -172,8 +182,9 @@ def read_context(tables: dict[str, dict[str, str | Path]]):
     ctx = Context()
     for name, files in tables.items():
         reader = registry.table(name)
-        ctx.tables[name] = Results({g: reader.read_rows([p]) for g, p in files.items()},
-                                   {g: str(p) for g, p in files.items()})  # fmt: skip
+        ctx.tables[name] = Results(
+            {g: reader.read_rows([p]) for g, p in files.items()}, {g: str(p) for g, p in files.items()}
+        )
     return ctx
 
 
@@ -224,8 +235,15 @@ def render_report(
     generated = {"timestamp": now_utc(), "git_sha": git_sha()}
     verdicts = validate.read_csv(verdicts_csv, VERDICTS_SCHEMA, keep_default_na=False) if verdicts_csv else None
     comparison = [e for d in comparison_dirs or [] for e in validate.read_figure_manifest(Path(d) / "manifest.json")]
-    return report.render_report(out_html, sections, checks, generated=generated, verdicts=verdicts,
-                                comparison=comparison or None, notices=notices)  # fmt: skip
+    return report.render_report(
+        out_html,
+        sections,
+        checks,
+        generated=generated,
+        verdicts=verdicts,
+        comparison=comparison or None,
+        notices=notices,
+    )
 
 
 def _manifest_beside(tables: dict) -> dict | None:

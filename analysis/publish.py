@@ -42,8 +42,11 @@ def measured_code_diff(shas: list[str], repo: Path | None = None) -> dict[str, l
     for other in shas[1:]:
         names = subprocess.run(
             ["git", "diff", "--name-only", shas[0], other, "--", *MEASURED_CODE],
-            cwd=repo, capture_output=True, text=True, check=True,
-        ).stdout.split()  # fmt: skip
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         out[f"{shas[0][:12]}..{other[:12]}"] = names
     return out
 
@@ -60,8 +63,10 @@ def check_measured_code(env: dict, env_json: Path, repo: Path | None = None) -> 
     try:
         committed = measured_code_at(sha, repo)
     except (OSError, subprocess.SubprocessError) as e:
-        raise ValueError(f"{env_json}: its commit {sha!r} cannot be read from this repository ({e}); publish from "
-                         "a clone that has it") from e  # fmt: skip
+        raise ValueError(
+            f"{env_json}: its commit {sha!r} cannot be read from this repository ({e}); publish from "
+            "a clone that has it"
+        ) from e
     differ = code_changes(ran, committed)
     if differ:
         listed = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
@@ -82,8 +87,11 @@ def _rows_per_commit(df, gpu: str, path: Path):
 
 def _summary(df, gpu: str, path: Path) -> dict:
     per_sha = _rows_per_commit(df, gpu, path)
-    return {"rows": int(len(df)), "statuses": {k: int(v) for k, v in df["status"].value_counts().items()},
-            "rows_per_commit": {sha: int(n) for sha, n in per_sha.items()}}  # fmt: skip
+    return {
+        "rows": int(len(df)),
+        "statuses": {k: int(v) for k, v in df["status"].value_counts().items()},
+        "rows_per_commit": {sha: int(n) for sha, n in per_sha.items()},
+    }
 
 
 def _files(folder: Path, suffixes: tuple[str, ...] | None = None) -> list[Path]:
@@ -95,13 +103,18 @@ def publish(gpu: str, results: Path, dest: Path, command: str = "", allow_mixed:
     env_json = src / "environment.json"
     if not env_json.is_file():
         raise FileNotFoundError(f"{env_json} is missing: run the pipeline on a {gpu} GPU first")
-    found = {name: t for name, t in registry.tables().items()
-             if (src / f"{name}.csv").is_file() and registry.of_table(name)[0].scope == "gpu"}  # fmt: skip
+    found = {
+        name: t
+        for name, t in registry.tables().items()
+        if (src / f"{name}.csv").is_file() and registry.of_table(name)[0].scope == "gpu"
+    }
     if not found:
-        raise FileNotFoundError(f"{src} holds no result table ({', '.join(registry.tables())}): run the pipeline "
-                                f"on a {gpu} GPU first")  # fmt: skip
-    summaries = {name: _summary(t.read_rows([src / f"{name}.csv"]), gpu, src / f"{name}.csv")
-                 for name, t in found.items()}  # fmt: skip
+        raise FileNotFoundError(
+            f"{src} holds no result table ({', '.join(registry.tables())}): run the pipeline on a {gpu} GPU first"
+        )
+    summaries = {
+        name: _summary(t.read_rows([src / f"{name}.csv"]), gpu, src / f"{name}.csv") for name, t in found.items()
+    }
     per_sha: dict[str, int] = {}
     for summary in summaries.values():
         for sha, n in summary["rows_per_commit"].items():

@@ -70,8 +70,10 @@ def css_face(font_path: str | Path = FONT) -> str:
     if not path.is_file():
         return ""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (f'@font-face {{ font-family: "{FAMILY}"; font-display: block; '
-            f'src: url(data:font/woff;base64,{data}) format("woff"); }}')  # fmt: skip
+    return (
+        f'@font-face {{ font-family: "{FAMILY}"; font-display: block; '
+        f'src: url(data:font/woff;base64,{data}) format("woff"); }}'
+    )
 
 
 def _open_face(source: str | Path):

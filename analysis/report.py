@@ -119,11 +119,19 @@ def failures(frames: list[pd.DataFrame]) -> pd.DataFrame:
     parts = []
     for df in frames:
         bad = df[df["status"] != "ok"]
-        parts.append(pd.DataFrame({
-            "experiment": bad["experiment"], "impl": bad["impl"], "dtype": bad["dtype"],
-            "mode": bad["mode"] if "mode" in bad else "", "shape": shapes(bad), "status": bad["status"],
-            "message": bad["message"],
-        }))  # fmt: skip
+        parts.append(
+            pd.DataFrame(
+                {
+                    "experiment": bad["experiment"],
+                    "impl": bad["impl"],
+                    "dtype": bad["dtype"],
+                    "mode": bad["mode"] if "mode" in bad else "",
+                    "shape": shapes(bad),
+                    "status": bad["status"],
+                    "message": bad["message"],
+                }
+            )
+        )
     cols = ["experiment", "impl", "dtype", "mode", "shape", "status", "message"]
     if not parts:
         return pd.DataFrame(columns=cols)
@@ -178,8 +186,9 @@ def _figure(entry: dict) -> dict:
         try:
             table = pd.read_csv(entry["csv"])
         except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise validate.DataError(f"{entry['csv']}: the table behind figure {entry['name']} cannot be read "
-                                     f"({type(exc).__name__}: {exc})") from None  # fmt: skip
+            raise validate.DataError(
+                f"{entry['csv']}: the table behind figure {entry['name']} cannot be read ({type(exc).__name__}: {exc})"
+            ) from None
         out["table"] = _table(table)
     return out
 
@@ -219,8 +228,12 @@ def _gpu(g: dict) -> dict:
     keys = ["experiment", "impl", "status"]
     both = pd.concat([t[keys] for t in points], ignore_index=True) if points else pd.DataFrame()
     provenance = g.get("provenance") or {}
-    summaries = [s for f in registry.FAMILIES.values() if f.has("report")
-                 for s in (getattr(f.module("report"), "summary_tables", None) or (lambda _: []))(tables)]  # fmt: skip
+    summaries = [
+        s
+        for f in registry.FAMILIES.values()
+        if f.has("report")
+        for s in (getattr(f.module("report"), "summary_tables", None) or (lambda _: []))(tables)
+    ]
     return {
         "slug": g["slug"],
         "name": provenance.get("gpu_name") or g["slug"],

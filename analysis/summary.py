@@ -35,8 +35,11 @@ _BLOCK = re.compile(r"(<!-- measured: (?P<folder>\S+) -->\n)(?P<body>.*?)(<!-- /
 def read_tables(folder: str | Path) -> dict[str, pd.DataFrame]:
     """Every result table a set's folder holds, read with its schema."""
     folder = Path(folder)
-    return {name: t.read_rows([folder / f"{name}.csv"]) for name, t in registry.tables().items()
-            if (folder / f"{name}.csv").is_file()}  # fmt: skip
+    return {
+        name: t.read_rows([folder / f"{name}.csv"])
+        for name, t in registry.tables().items()
+        if (folder / f"{name}.csv").is_file()
+    }
 
 
 def lines(tables: dict[str, pd.DataFrame]) -> list[tuple[Family, Line]]:
@@ -69,8 +72,10 @@ def _provenance(folder: Path) -> str:
     if manifest.is_file():
         per = json.loads(manifest.read_text(encoding="utf-8")).get("rows_per_commit") or {}
         commits = f"; rows from {len(per)} commits (MANIFEST.json lists them)" if len(per) > 1 else ""
-    return (f"{env.get('gpu_name', env['gpu'])}, driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
-            f"torch {env['torch']}, Triton {env['triton']}, commit {env['git_sha'][:12]}{commits}")  # fmt: skip
+    return (
+        f"{env.get('gpu_name', env['gpu'])}, driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
+        f"torch {env['torch']}, Triton {env['triton']}, commit {env['git_sha'][:12]}{commits}"
+    )
 
 
 def _shown(folder: Path) -> str:
@@ -85,10 +90,16 @@ def markdown(folder: str | Path) -> str:
     """``summary.md`` of the result set in ``folder``."""
     folder = Path(folder)
     found = lines(read_tables(folder))
-    out = [f"# Measured on {folder.name}", "",
-           f"Generated from the tables of this folder by `python -m analysis.summary {_shown(folder)}` (the workflow's "
-           "rule `summary`); do not edit. Every value is computed from the rows, each ratio between rows of the same "
-           "run and shape; the report shows every point.", "", f"Environment: {_provenance(folder)}.", ""]  # fmt: skip
+    out = [
+        f"# Measured on {folder.name}",
+        "",
+        f"Generated from the tables of this folder by `python -m analysis.summary {_shown(folder)}` (the workflow's "
+        "rule `summary`); do not edit. Every value is computed from the rows, each ratio between rows of the same "
+        "run and shape; the report shows every point.",
+        "",
+        f"Environment: {_provenance(folder)}.",
+        "",
+    ]
     for fam in dict.fromkeys(f for f, _ in found):
         out += [f"## {fam.title}", "", *_table([(f, line) for f, line in found if f is fam]), ""]
     return "\n".join(out)

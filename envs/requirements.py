@@ -124,8 +124,9 @@ def tested_versions(data: dict | None = None) -> dict[str, str]:
     return out
 
 
-def needs(purpose: str, *, gpu: bool | None = None, ci: bool | None = None, data: dict | None = None,
-          version=installed) -> list[dict]:  # fmt: skip
+def needs(
+    purpose: str, *, gpu: bool | None = None, ci: bool | None = None, data: dict | None = None, version=installed
+) -> list[dict]:
     """Every requirement of ``purpose`` with what this interpreter has: one dict per package (canonical
     ``name``, combined ``spec``, ``found`` version or None, the ``tested`` version, ``ok``, ``install``:
     what pip is asked for when it is not ok, and ``hold``: the constraint that keeps it when it is)."""
@@ -221,8 +222,10 @@ def layer(venv: Path) -> Path:
     python = _python_of(venv)
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # one line: this interpreter's site directories (and their own .pth files) after the venv's
     (Path(purelib) / LAYER_PTH).write_text(f"import site; list(map(site.addsitedir, {base['sites']!r}))\n")
     stamp.write_text(json.dumps(base, indent=1) + "\n")

@@ -159,8 +159,9 @@ class LaunchCache:
         self.maxsize = maxsize
         self._compiled: dict = {}
 
-    def launch(self, grid: tuple[int, int, int], args: tuple, constexprs: dict, num_warps: int,
-               num_stages: int) -> None:  # fmt: skip
+    def launch(
+        self, grid: tuple[int, int, int], args: tuple, constexprs: dict, num_warps: int, num_stages: int
+    ) -> None:
         if INTERPRET:
             self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
             return
@@ -182,8 +183,9 @@ class LaunchCache:
         stream = torch._C._cuda_getCurrentRawStream(device)
         enter, leave = _launch_hooks()
         meta = compiled.launch_metadata(grid, stream, *full) if enter is not None else None
-        compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, meta,
-                     enter, leave, *full)  # fmt: skip
+        compiled.run(
+            grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *full
+        )
 
 
 def _arg_key(a):

@@ -36,8 +36,7 @@ def output_and_grads(fn, q, k, v, do, dtype=None) -> list[torch.Tensor]:
 def assert_gradients_match(name, fn, q, k, v, do, causal=False, sm_scale=None) -> list[torch.Tensor]:
     """Output and every gradient of ``fn`` against float64 autograd; returns ours [out, dq, dk, dv]."""
     ours = output_and_grads(fn, q, k, v, do)
-    ref = output_and_grads(lambda *t: reference.reference_attention(*t, causal, sm_scale), q, k, v, do,
-                           torch.float64)  # fmt: skip
+    ref = output_and_grads(lambda *t: reference.reference_attention(*t, causal, sm_scale), q, k, v, do, torch.float64)
     same = output_and_grads(lambda *t: reference.naive_attention(*t, causal, sm_scale), q, k, v, do)
     for part, g, r, s in zip(("out", "dq", "dk", "dv"), ours, ref, same, strict=True):
         assert g.shape == r.shape and g.dtype == q.dtype, f"{part} {name}: {g.shape}/{g.dtype}"

@@ -19,10 +19,27 @@ def attention_row(experiment, impl, n, d=128, b=1, h=16, mode="fwd", causal=Fals
     row = dict.fromkeys(ATTENTION.columns, float("nan"))
     nk = kw.pop("nk", n)
     flops = attention_flops(b, h, n, nk, d, causal, mode)
-    row.update(experiment=experiment, family="attention", op="attention", impl=impl, dtype=kw.pop("dtype", "float16"),
-               mode=mode, batch=b, heads=h, heads_kv=kw.pop("hk", h), seqlen_q=n, seqlen_k=nk, head_dim=d,
-               causal=causal, status=status, message="" if status == "ok" else f"{status}: synthetic", timed=True,
-               gpu="h200", gpu_name="NVIDIA H200", kernel_config=kw.pop("kernel_config", ""))  # fmt: skip
+    row.update(
+        experiment=experiment,
+        family="attention",
+        op="attention",
+        impl=impl,
+        dtype=kw.pop("dtype", "float16"),
+        mode=mode,
+        batch=b,
+        heads=h,
+        heads_kv=kw.pop("hk", h),
+        seqlen_q=n,
+        seqlen_k=nk,
+        head_dim=d,
+        causal=causal,
+        status=status,
+        message="" if status == "ok" else f"{status}: synthetic",
+        timed=True,
+        gpu="h200",
+        gpu_name="NVIDIA H200",
+        kernel_config=kw.pop("kernel_config", ""),
+    )
     if status == "ok":
         row.update(ms_median=ms, ms_p20=0.95 * ms, ms_p80=1.1 * ms, tflops=flops / (ms * 1e-3) / 1e12)
     row.update(kw)

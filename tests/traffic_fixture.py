@@ -5,8 +5,16 @@ from __future__ import annotations
 
 B, H = 1, 16
 N, D = 1024, 64
-ENV = {"gpu_name": "NVIDIA H200", "gpu": "h200", "driver": "580.1", "cuda": "13.0", "torch": "2.11.0",
-       "triton": "3.6.0", "git_sha": "abc1234", "python": "3.12.3"}  # fmt: skip
+ENV = {
+    "gpu_name": "NVIDIA H200",
+    "gpu": "h200",
+    "driver": "580.1",
+    "cuda": "13.0",
+    "torch": "2.11.0",
+    "triton": "3.6.0",
+    "git_sha": "abc1234",
+    "python": "3.12.3",
+}
 L2 = 50 * 2**20
 OURS_CFG = "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"
 
@@ -44,14 +52,32 @@ SIDECAR = {
     "points": [
         {"experiment": "traffic-scaling", "impl": "naive", "seqlen": N, "marked": True, "status": "ok"},
         {"experiment": "traffic-scaling", "impl": "sdpa-flash", "seqlen": N, "marked": True, "status": "ok"},
-        {"experiment": "traffic-scaling", "impl": "sdpa-cudnn", "seqlen": N, "marked": False,
-         "status": "unsupported", "message": "RuntimeError: No available kernel. Aborting execution."},
-        {"experiment": "traffic-scaling", "impl": "ours-fa2", "seqlen": N, "marked": True, "status": "ok",
-         "kernel_config": OURS_CFG},
-        {"experiment": "traffic-scaling", "impl": "naive", "seqlen": 65536, "marked": True, "status": "oom",
-         "message": "OutOfMemoryError: CUDA out of memory."},
+        {
+            "experiment": "traffic-scaling",
+            "impl": "sdpa-cudnn",
+            "seqlen": N,
+            "marked": False,
+            "status": "unsupported",
+            "message": "RuntimeError: No available kernel. Aborting execution.",
+        },
+        {
+            "experiment": "traffic-scaling",
+            "impl": "ours-fa2",
+            "seqlen": N,
+            "marked": True,
+            "status": "ok",
+            "kernel_config": OURS_CFG,
+        },
+        {
+            "experiment": "traffic-scaling",
+            "impl": "naive",
+            "seqlen": 65536,
+            "marked": True,
+            "status": "oom",
+            "message": "OutOfMemoryError: CUDA out of memory.",
+        },
     ],
-}  # fmt: skip
+}
 for _p in SIDECAR["points"]:
     _p.update(dtype="float16", batch=B, heads=H, head_dim=D, causal=False, config=None)
     _p.setdefault("message", "")

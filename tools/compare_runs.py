@@ -35,9 +35,20 @@ CONFIG = "attention: {interpreter_check: {enabled: false}}\n"
 def run(checkout: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.yaml").write_text(CONFIG)
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--profile", "workflow/profiles/cpu",
-           "--configfile", str(out / "compare.yaml"), "--config", f"results_dir={out / 'results'}",
-           f"report={out / 'report.html'}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--cores",
+        "2",
+        "--profile",
+        "workflow/profiles/cpu",
+        "--configfile",
+        str(out / "compare.yaml"),
+        "--config",
+        f"results_dir={out / 'results'}",
+        f"report={out / 'report.html'}",
+    ]
     r = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"{checkout}: the pipeline failed\n{(r.stdout + r.stderr)[-4000:]}")
@@ -59,8 +70,10 @@ def report_tables(path: Path, moved: dict[str, str]) -> collections.Counter:
     text = normalise(path.read_text(encoding="utf-8"), path.parent, moved)
     out = collections.Counter()
     for table in re.findall(r"<table.*?</table>", text, re.S):
-        cells = [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>",
-                                                                                          table, re.S)]  # fmt: skip
+        cells = [
+            html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+            for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", table, re.S)
+        ]
         out[" | ".join(cells)] += 1
     return out
 
@@ -72,8 +85,9 @@ def same_frames(a: pd.DataFrame, b: pd.DataFrame) -> str:
     if len(a) != len(b):
         return f"{len(a)} rows against {len(b)}"
     try:
-        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_dtype=False,
-                                      rtol=1e-9, atol=0)  # fmt: skip
+        pd.testing.assert_frame_equal(
+            a.reset_index(drop=True), b.reset_index(drop=True), check_dtype=False, rtol=1e-9, atol=0
+        )
     except AssertionError as exc:
         return str(exc).splitlines()[0] + " " + " ".join(str(exc).splitlines()[1:4])
     return ""
@@ -111,8 +125,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("--work", type=Path, default=Path("compare-runs"))
     ap.add_argument("--no-run", action="store_true", help="compare the results already under --work")
-    ap.add_argument("--moved", action="append", default=[], metavar="OLD=NEW",
-                    help="a path the old run's text names that the new one names NEW (repeatable)")
+    ap.add_argument(
+        "--moved",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="a path the old run's text names that the new one names NEW (repeatable)",
+    )
     args = ap.parse_args(argv)
     work = args.work.resolve()
     if not args.no_run:

@@ -7,6 +7,23 @@ from analysis.audit.context import ANALYTIC, Context, Results
 from analysis.audit.engine import COLUMNS, audit, judge, summary
 from analysis.audit.verdicts import VERDICTS, Evaluators, Untestable, Verdict, combine, judge_part
 
-__all__ = ["ANALYTIC", "COLUMNS", "PART_SEP", "REGISTRY", "VERDICTS", "Claim", "Context", "Evaluators", "Results",
-           "Untestable", "Verdict", "audit", "combine", "judge", "judge_part", "load_claims", "part_id",
-           "summary"]  # fmt: skip
+__all__ = [
+    "ANALYTIC",
+    "COLUMNS",
+    "PART_SEP",
+    "REGISTRY",
+    "VERDICTS",
+    "Claim",
+    "Context",
+    "Evaluators",
+    "Results",
+    "Untestable",
+    "Verdict",
+    "audit",
+    "combine",
+    "judge",
+    "judge_part",
+    "load_claims",
+    "part_id",
+    "summary",
+]

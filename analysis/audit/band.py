@@ -67,8 +67,10 @@ def _blanked(df: pd.DataFrame) -> pd.DataFrame:
 def _with_tables(ctx: Context, change: Callable[[pd.DataFrame], pd.DataFrame]) -> Context:
     """``ctx`` with ``change`` applied to every table of every GPU whose rows carry timings (``Results.timed``:
     the traffic and compiled-kernel tables have none)."""
-    moved = {name: Results({g: change(d) for g, d in r.frames.items()}, r.paths) if r.timed else r
-             for name, r in ctx.tables.items()}  # fmt: skip
+    moved = {
+        name: Results({g: change(d) for g, d in r.frames.items()}, r.paths) if r.timed else r
+        for name, r in ctx.tables.items()
+    }
     return Context(moved)
 
 

@@ -63,18 +63,27 @@ def _parts(whole: Claim, entry: dict) -> list[Claim]:
     for p in entry.get("parts") or []:
         if not p.get("part") or PART_SEP in p["part"]:
             raise ValueError(f"claim {whole.id!r}: a part needs a name without {PART_SEP!r}: {p.get('part')!r}")
-        out.append(dataclasses.replace(
-            whole, id=part_id(whole.id, p["part"]), statement=p["statement"], asserted=p["asserted"],
-            wording=str(p.get("wording", whole.wording)), tolerance=float(p.get("tolerance", whole.tolerance)),
-            figure=p.get("figure", whole.figure), part=p["part"], whole=whole,
-        ))  # fmt: skip
+        out.append(
+            dataclasses.replace(
+                whole,
+                id=part_id(whole.id, p["part"]),
+                statement=p["statement"],
+                asserted=p["asserted"],
+                wording=str(p.get("wording", whole.wording)),
+                tolerance=float(p.get("tolerance", whole.tolerance)),
+                figure=p.get("figure", whole.figure),
+                part=p["part"],
+                whole=whole,
+            )
+        )
     if len({c.part for c in out}) != len(out):
         raise ValueError(f"claim {whole.id!r} names a part twice")
     return out
 
 
-def load_claims(evaluators: Collection[str], extra: Iterable[str | Path] = (),
-                path: str | Path = REGISTRY) -> list[Claim]:  # fmt: skip
+def load_claims(
+    evaluators: Collection[str], extra: Iterable[str | Path] = (), path: str | Path = REGISTRY
+) -> list[Claim]:
     """The claims of the registry at ``path``, then those of each file of ``extra`` (a family's own
     ``claims.yaml``, with its own ``sources``), in order. Unknown evaluators (not in ``evaluators``, nor
     ``not_built``), unknown sources and duplicate ids are errors. A compound claim (one with ``parts``) comes
@@ -102,17 +111,17 @@ def _read(path: Path, evaluators: set[str], seen: set[str]) -> list[Claim]:
         if src["article"] not in sources:
             raise ValueError(f"claim {c['id']!r} cites unknown article {src['article']!r}")
         whole = Claim(
-                id=c["id"],
-                source=f"{src['article']} ({sources[src['article']]['file']}) {src['section']}",
-                statement=c["statement"],
-                asserted=c["asserted"],
-                wording=str(c["wording"]),
-                tolerance=float(c["tolerance"]),
-                conditions=c.get("conditions") or {},
-                kind=tuple(c["kind"]),
-                evaluator=c["evaluator"],
-                needs=c.get("needs", ""),
-                figure=c.get("figure", ""),
-        )  # fmt: skip
+            id=c["id"],
+            source=f"{src['article']} ({sources[src['article']]['file']}) {src['section']}",
+            statement=c["statement"],
+            asserted=c["asserted"],
+            wording=str(c["wording"]),
+            tolerance=float(c["tolerance"]),
+            conditions=c.get("conditions") or {},
+            kind=tuple(c["kind"]),
+            evaluator=c["evaluator"],
+            needs=c.get("needs", ""),
+            figure=c.get("figure", ""),
+        )
         claims.extend(_parts(whole, c) or [whole])
     return claims

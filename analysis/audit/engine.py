@@ -26,9 +26,22 @@ from analysis.audit.context import ANALYTIC, Context
 from analysis.audit.verdicts import VERDICTS, Untestable, Verdict, judge_part
 
 COLUMNS = [
-    "claim_id", "source", "kind", "statement", "asserted", "observed", "unit", "tolerance", "verdict", "gpu",
-    "evidence", "note", "figure", "band", "borderline",
-]  # fmt: skip
+    "claim_id",
+    "source",
+    "kind",
+    "statement",
+    "asserted",
+    "observed",
+    "unit",
+    "tolerance",
+    "verdict",
+    "gpu",
+    "evidence",
+    "note",
+    "figure",
+    "band",
+    "borderline",
+]
 
 
 def not_built(claim: Claim, ctx: Context) -> list[Verdict]:
@@ -51,12 +64,12 @@ def part_of(claim: Claim, v: Verdict) -> Verdict:
     if v.verdict == "untestable":
         return dataclasses.replace(v, parts={})
     if claim.part not in v.parts:
-        raise ValueError(f"evaluator {claim.evaluator!r} gives no verdict for part {claim.part!r} "
-                         f"of claim {claim.whole.id!r}")  # fmt: skip
+        raise ValueError(
+            f"evaluator {claim.evaluator!r} gives no verdict for part {claim.part!r} of claim {claim.whole.id!r}"
+        )
     values, observed = v.parts[claim.part]
     verdict = values if isinstance(values, str) else judge_part(claim, values)
-    return dataclasses.replace(v, verdict=verdict, observed=observed, unit=claim.asserted.get("unit", v.unit),
-                               parts={})  # fmt: skip
+    return dataclasses.replace(v, verdict=verdict, observed=observed, unit=claim.asserted.get("unit", v.unit), parts={})
 
 
 def audit(claims: list[Claim], ctx: Context, evaluators: dict[str, Callable], band: bool = True) -> pd.DataFrame:

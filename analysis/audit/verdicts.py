@@ -120,8 +120,9 @@ def loglog_slope(x, y) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
 
 
-def side_by_side(rows: pd.DataFrame, keys: list[str], a: str, b: str,
-                 value: str | list[str] = "ms_median") -> pd.DataFrame:  # fmt: skip
+def side_by_side(
+    rows: pd.DataFrame, keys: list[str], a: str, b: str, value: str | list[str] = "ms_median"
+) -> pd.DataFrame:
     """Rows of impl ``a`` and impl ``b`` side by side on ``keys`` (columns ``<value>_a``, ``<value>_b`` for
     the column, or each of the columns, named by ``value``)."""
     cols = [*keys, *([value] if isinstance(value, str) else value)]
@@ -162,8 +163,9 @@ def per_gpu(results: Results, fn: Callable[[str], Verdict]) -> list[Verdict]:
     return out
 
 
-def on_each_gpu(results: Results, fn: Callable[[str], Verdict], needs: str, optional: bool = False,
-             missing: str | None = None) -> list[Verdict]:  # fmt: skip
+def on_each_gpu(
+    results: Results, fn: Callable[[str], Verdict], needs: str, optional: bool = False, missing: str | None = None
+) -> list[Verdict]:
     """Run a per-GPU evaluation for every GPU with results. With none: untestable (the reason ``missing``, or
     that no GPU has results for ``needs``), or, for claims that also have an analytic part (``optional``),
     no rows, so that the analytic verdict stands alone."""

@@ -90,8 +90,15 @@ def note(fig, text: str) -> None:
     """A note under a figure (what is missing from it); kept by ``bbox_inches="tight"`` when saved."""
     if text:
         # a tenth of an inch below the figure's bottom edge, so it never covers an axis label
-        fig.text(0.01, -0.1 / fig.get_figheight(), "\n".join(textwrap.wrap(text, 150)), ha="left", va="top",
-                 fontsize=7.5, color="#444")  # fmt: skip
+        fig.text(
+            0.01,
+            -0.1 / fig.get_figheight(),
+            "\n".join(textwrap.wrap(text, 150)),
+            ha="left",
+            va="top",
+            fontsize=7.5,
+            color="#444",
+        )
 
 
 def require(d: pd.DataFrame, what: str) -> None:
@@ -173,8 +180,9 @@ def hide_empty_facets(g: sns.FacetGrid, xlabel: str, ylabel: str) -> None:
             shown[0].yaxis.set_tick_params(which="major", labelleft=True)
             shown[0].set_ylabel(ylabel)
         if shown and not grid[i, -1].get_visible() and g.row_names:  # the row's title sat on its last facet
-            shown[-1].annotate(str(g.row_names[i]), xy=(1.02, 0.5), xycoords="axes fraction", rotation=270,
-                               ha="left", va="center")  # fmt: skip
+            shown[-1].annotate(
+                str(g.row_names[i]), xy=(1.02, 0.5), xycoords="axes fraction", rotation=270, ha="left", va="center"
+            )
 
 
 def save(fig, out_png) -> None:
@@ -218,8 +226,16 @@ def render_all(df: pd.DataFrame, out_dir, figures: dict, caption_of, table_sourc
     with outputs.folder(out_dir) as work:
         for name, figure in figures.items():
             caption = caption_of(name)
-            entry = {"name": name, "png": None, "csv": None, "caption": caption, "caption_text": caption_text(caption),
-                     "reason": None, "table_source": table_source, "section": figure.section}  # fmt: skip
+            entry = {
+                "name": name,
+                "png": None,
+                "csv": None,
+                "caption": caption,
+                "caption_text": caption_text(caption),
+                "reason": None,
+                "table_source": table_source,
+                "section": figure.section,
+            }
             try:
                 table = figure.draw(df, work / f"{name}.png")
             except NoDataError as e:

@@ -70,8 +70,13 @@ def gate(name: str, out: torch.Tensor, ref: torch.Tensor, same: torch.Tensor, dt
     failure text ("" when the gate passes)."""
     c = tolerance.check(name, out, ref, same, dtype)
     scale = ref.detach().abs().max().item() if ref.numel() else 0.0
-    metrics = dict(max_abs_err=c.max_abs, rms_err=c.rms, rel_err=c.max_abs / scale if scale else math.nan,
-                   ref_err=c.ref_err, err_bound=c.bound)  # fmt: skip
+    metrics = dict(
+        max_abs_err=c.max_abs,
+        rms_err=c.rms,
+        rel_err=c.max_abs / scale if scale else math.nan,
+        ref_err=c.ref_err,
+        err_bound=c.bound,
+    )
     return metrics, "" if c.ok else c.describe()
 
 

@@ -25,13 +25,26 @@ CPU_SLUG = "cpu"
 # what a result row depends on: a difference here between two commits can change a measurement (the kernels,
 # the harness and the models it uses, the families' measuring code, the benchmark script); folders or
 # '/'-separated patterns, of Python files
-MEASURED_CODE = ["kernels", "analysis/core/harness.py", "analysis/core/flops.py", "analysis/core/models.py",
-                 "analysis/core/points.py", "analysis/families/*/run.py", "analysis/families/*/measure.py",
-                 "analysis/families/*/varlen.py", "analysis/families/*/rows.py", "analysis/families/*/target.py",
-                 "workflow/scripts/benchmark.py",
-                 # where the same code lived before the families had folders (rows of older commits)
-                 "analysis/experiments", "analysis/harness.py", "analysis/flops.py", "analysis/models.py",
-                 "workflow/scripts/attention_benchmark.py", "workflow/scripts/ops_benchmark.py"]  # fmt: skip
+MEASURED_CODE = [
+    "kernels",
+    "analysis/core/harness.py",
+    "analysis/core/flops.py",
+    "analysis/core/models.py",
+    "analysis/core/points.py",
+    "analysis/families/*/run.py",
+    "analysis/families/*/measure.py",
+    "analysis/families/*/varlen.py",
+    "analysis/families/*/rows.py",
+    "analysis/families/*/target.py",
+    "workflow/scripts/benchmark.py",
+    # where the same code lived before the families had folders (rows of older commits)
+    "analysis/experiments",
+    "analysis/harness.py",
+    "analysis/flops.py",
+    "analysis/models.py",
+    "workflow/scripts/attention_benchmark.py",
+    "workflow/scripts/ops_benchmark.py",
+]
 
 
 def gpu_slug(name: str) -> str:
@@ -101,8 +114,12 @@ def git_sha(repo: str | Path | None = None) -> str:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd, capture_output=True, text=True, check=True, timeout=10,
-        ).stdout.strip()  # fmt: skip
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return sha + ("-dirty" if dirty else "")
@@ -141,9 +158,13 @@ def measured_code(root: Path = ROOT) -> dict[str, str]:
 def measured_code_at(sha: str, repo: str | Path | None = None) -> dict[str, str]:
     """{path: blob id} of the measured code in commit ``sha`` (``git ls-tree``)."""
     listing = subprocess.run(
-        ["git", "ls-tree", "-r", "--full-tree", sha], cwd=Path(repo) if repo else ROOT, capture_output=True,
-        text=True, check=True, timeout=30,
-    ).stdout  # fmt: skip
+        ["git", "ls-tree", "-r", "--full-tree", sha],
+        cwd=Path(repo) if repo else ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     out = {}
     for line in listing.splitlines():
         meta, path = line.split("\t", 1)

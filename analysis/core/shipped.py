@@ -57,12 +57,15 @@ def verify(folder: str | Path) -> dict:
     if not any("/" not in name and name.endswith(".csv") for name in files):
         missing.append("a result table (<table>.csv)")
     if missing:
-        raise ShippedSetError(f"{manifest_path}: the set lacks {missing} (a result set needs {list(REQUIRED)} and a "
-                              "result table)")  # fmt: skip
+        raise ShippedSetError(
+            f"{manifest_path}: the set lacks {missing} (a result set needs {list(REQUIRED)} and a result table)"
+        )
     derived = [name for name in DERIVED if name in files]
     if derived:
-        raise ShippedSetError(f"{manifest_path}: lists {derived}, which are derived from the set's tables and "
-                              "regenerated, never published")  # fmt: skip
+        raise ShippedSetError(
+            f"{manifest_path}: lists {derived}, which are derived from the set's tables and "
+            "regenerated, never published"
+        )
     for name, digest in sorted(files.items()):
         path = folder / name
         if not path.is_file():

@@ -137,8 +137,9 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str = "result",
-                schema: dict | str | None = None) -> pd.DataFrame:  # fmt: skip
+def read_tables(
+    paths, columns: list[str], optional=(), defaults=None, what: str = "result", schema: dict | str | None = None
+) -> pd.DataFrame:
     """Concatenate CSVs (one per job) into one table with exactly ``columns``, each validated against
     ``schema`` (a dict, or a file of ``workflow/schemas``; ``analysis.core.validate``) first. A file without
     some of the ``optional`` columns (written before they existed) gets them as ``defaults`` or NaN, each
@@ -150,8 +151,7 @@ def read_tables(paths, columns: list[str], optional=(), defaults=None, what: str
         frames = [pd.read_csv(p, keep_default_na=True) for p in paths]
     if not frames:
         return pd.DataFrame(columns=columns)
-    frames = [f.assign(**{c: defaults.get(c, float("nan")) for c in optional if c not in f.columns})
-              for f in frames]  # fmt: skip
+    frames = [f.assign(**{c: defaults.get(c, float("nan")) for c in optional if c not in f.columns}) for f in frames]
     df = pd.concat(frames, ignore_index=True)
     missing = [c for c in columns if c not in df.columns]
     if missing:

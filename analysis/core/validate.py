@@ -61,8 +61,9 @@ def decode(path: str | Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}, line {line}: not UTF-8 text (byte {exc.start}: {exc.reason}); "
-                        "the file is corrupted") from None  # fmt: skip
+        raise DataError(
+            f"{path}, line {line}: not UTF-8 text (byte {exc.start}: {exc.reason}); the file is corrupted"
+        ) from None
 
 
 def _records(path: Path, text: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -77,8 +78,9 @@ def _records(path: Path, text: str) -> tuple[list[str], list[tuple[int, list[str
             if fields:  # csv gives [] for a blank line
                 records.append((reader.line_num, fields))
     except csv.Error as exc:
-        raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({exc}); the file is truncated or corrupted") \
-            from None  # fmt: skip
+        raise DataError(
+            f"{path}, line {reader.line_num}: malformed CSV ({exc}); the file is truncated or corrupted"
+        ) from None
     return header, records
 
 
@@ -205,8 +207,9 @@ def validate_csv(path: str | Path, schema: dict, text: str | None = None) -> lis
     count = 0
     for line, fields in records:
         if len(fields) != width:
-            problems.append(f"{path}, line {line}: {len(fields)} fields where the header has {width} "
-                            "(a truncated or corrupted row)")  # fmt: skip
+            problems.append(
+                f"{path}, line {line}: {len(fields)} fields where the header has {width} (a truncated or corrupted row)"
+            )
             count += 1
             continue
         row = dict(zip(header, fields, strict=True))

@@ -48,9 +48,18 @@ def _decode_split_kernel(
     V,  # (B, H_kv, Nk, d)
     PART_O,  # (S, B·H, Nq, d) fp32: normalised output of each split
     PART_LSE,  # (S, B·H, Nq) fp32: natural-log logsumexp of each split (-inf if it saw no key)
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
     num_heads,
     group,
     seqlen_q,
@@ -64,7 +73,7 @@ def _decode_split_kernel(
     EVEN_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):  # fmt: skip
+):
     split = tl.program_id(0)
     off_bh = tl.program_id(1)
     num_bh = tl.num_programs(1)
@@ -75,8 +84,11 @@ def _decode_split_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d[None, :] < HEAD_DIM
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=(offs_m[:, None] < seqlen_q) & d_ok, other=0.0)  # fmt: skip
+    q = tl.load(
+        Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        mask=(offs_m[:, None] < seqlen_q) & d_ok,
+        other=0.0,
+    )
     k_ptrs = K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
     v_ptrs = V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
     lo = split * chunk
@@ -88,10 +100,29 @@ def _decode_split_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     # every tile goes through the masked path: the split's last tile and the diagonal both need masks
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-        lo, hi, seqlen_k, diag, sm_scale * 1.4426950408889634,
-        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, IS_FP32,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_ptrs,
+        v_ptrs,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        offs_d,
+        lo,
+        hi,
+        seqlen_k,
+        diag,
+        sm_scale * 1.4426950408889634,
+        HEAD_DIM,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        EVEN_D,
+        IS_FP32,
+    )
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
@@ -123,8 +154,11 @@ def _decode_merge_kernel(
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     w = tl.where(lse_s == float("-inf"), 0.0, tl.exp(lse_s - m_safe))
     total = tl.sum(w, 0)
-    o_s = tl.load(PART_O + (offs_s[:, None] * rows + row) * HEAD_DIM + offs_d[None, :],
-                  mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)  # fmt: skip
+    o_s = tl.load(
+        PART_O + (offs_s[:, None] * rows + row) * HEAD_DIM + offs_d[None, :],
+        mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM),
+        other=0.0,
+    )
     total_safe = tl.where(total > 0.0, total, 1.0)
     o = tl.sum(o_s * w[:, None], 0) / total_safe
     tl.store(Out + row * HEAD_DIM + offs_d, o.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
@@ -188,16 +222,41 @@ def forward(
     block_d = max(16, triton.next_power_of_2(d))
     with device_guard(q):
         _decode_split_kernel[(splits, b * h)](
-            q, k, v, part_o, part_lse,
-            *q.stride(), *k.stride(), *v.stride(),
-            h, h // k.shape[1], seqlen_q, seqlen_k, chunk, float(sm_scale),
-            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
-            EVEN_D=d == block_d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            part_o,
+            part_lse,
+            *q.stride(),
+            *k.stride(),
+            *v.stride(),
+            h,
+            h // k.shape[1],
+            seqlen_q,
+            seqlen_k,
+            chunk,
+            float(sm_scale),
+            HEAD_DIM=d,
+            BLOCK_D=block_d,
+            IS_CAUSAL=causal,
+            IS_FP32=q.dtype == torch.float32,
+            EVEN_D=d == block_d,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            num_warps=NUM_WARPS,
+            num_stages=NUM_STAGES,
+        )
         _decode_merge_kernel[(b * h * seqlen_q,)](
-            part_o, part_lse, out, lse, splits, b * h * seqlen_q,
-            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(splits)),
-        )  # fmt: skip
+            part_o,
+            part_lse,
+            out,
+            lse,
+            splits,
+            b * h * seqlen_q,
+            HEAD_DIM=d,
+            BLOCK_D=block_d,
+            BLOCK_S=max(2, triton.next_power_of_2(splits)),
+        )
     return out, lse
 
 

@@ -55,9 +55,18 @@ def _fa1_fwd_kernel(
     O,  # (B, H, Nq, d) contiguous, zero-initialised: read and written at every outer step  # noqa: E741
     L,  # (B, H, Nq) fp32 row sums ℓ, zero-initialised
     M,  # (B, H, Nq) fp32 row maxima m (log2 domain), initialised to -inf
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
     num_heads,
     seqlen_q,
     seqlen_k,
@@ -68,7 +77,7 @@ def _fa1_fwd_kernel(
     IS_FP32: tl.constexpr,
     BLOCK_R: tl.constexpr,  # Br, query rows per inner step
     BLOCK_C: tl.constexpr,  # Bc, keys per outer step
-):  # fmt: skip
+):
     off_bh = tl.program_id(0)
     off_b = (off_bh // num_heads).to(tl.int64)
     off_h = (off_bh % num_heads).to(tl.int64)
@@ -82,10 +91,16 @@ def _fa1_fwd_kernel(
     for start_c in range(0, seqlen_k, BLOCK_C):  # outer loop: K_j, V_j loaded once
         offs_c = start_c + tl.arange(0, BLOCK_C)
         kv_mask = (offs_c[:, None] < seqlen_k) & d_ok
-        k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_c[:, None] * stride_kn
-                    + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
-        v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_c[:, None] * stride_vn
-                    + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
+        k = tl.load(
+            K + off_b * stride_kb + off_h * stride_kh + offs_c[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+            mask=kv_mask,
+            other=0.0,
+        )
+        v = tl.load(
+            V + off_b * stride_vb + off_h * stride_vh + offs_c[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            mask=kv_mask,
+            other=0.0,
+        )
         # under the causal mask, query rows before start_c - diag see none of these keys
         lo = 0
         if IS_CAUSAL:
@@ -94,8 +109,11 @@ def _fa1_fwd_kernel(
             offs_r = start_r + tl.arange(0, BLOCK_R)
             r_ok = offs_r < seqlen_q
             q_mask = r_ok[:, None] & d_ok
-            q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_r[:, None] * stride_qm
-                        + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)  # fmt: skip
+            q = tl.load(
+                Q + off_b * stride_qb + off_h * stride_qh + offs_r[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=q_mask,
+                other=0.0,
+            )
             o_ptrs = o_base + offs_r[:, None] * HEAD_DIM + offs_d[None, :]
             o = tl.load(o_ptrs, mask=q_mask, other=0.0).to(tl.float32)
             l_i = tl.load(L + stat_base + offs_r, mask=r_ok, other=0.0)
@@ -133,13 +151,31 @@ def _fa1_fwd_kernel(
 
 @triton.jit
 def _fa1_bwd_kernel(
-    Q, K, V, DO, LSE, DELTA,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
     DQ,  # (B, H, Nq, d) fp32, zero-initialised: read, updated and written back at every step
-    DK, DV,  # (B, H, Nk, d) contiguous
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_dom, stride_dod,
+    DK,
+    DV,  # (B, H, Nk, d) contiguous
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
     num_heads,
     seqlen_q,
     seqlen_k,
@@ -150,7 +186,7 @@ def _fa1_bwd_kernel(
     IS_FP32: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
-):  # fmt: skip
+):
     """Algorithm 4: outer loop over K/V blocks (dK_j, dV_j on chip), inner loop over query blocks, dQ_i
     read from HBM, updated and written back at every step (one program per batch·head, so no races)."""
     off_bh = tl.program_id(0)
@@ -166,10 +202,16 @@ def _fa1_bwd_kernel(
     for start_c in range(0, seqlen_k, BLOCK_C):
         offs_c = start_c + tl.arange(0, BLOCK_C)
         kv_mask = (offs_c[:, None] < seqlen_k) & d_ok
-        k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_c[:, None] * stride_kn
-                    + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
-        v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_c[:, None] * stride_vn
-                    + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
+        k = tl.load(
+            K + off_b * stride_kb + off_h * stride_kh + offs_c[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+            mask=kv_mask,
+            other=0.0,
+        )
+        v = tl.load(
+            V + off_b * stride_vb + off_h * stride_vh + offs_c[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            mask=kv_mask,
+            other=0.0,
+        )
         dk = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
         dv = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
         lo = 0
@@ -179,10 +221,20 @@ def _fa1_bwd_kernel(
             offs_r = start_r + tl.arange(0, BLOCK_R)
             r_ok = offs_r < seqlen_q
             q_mask = r_ok[:, None] & d_ok
-            q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_r[:, None] * stride_qm
-                        + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)  # fmt: skip
-            do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_r[:, None] * stride_dom
-                         + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
+            q = tl.load(
+                Q + off_b * stride_qb + off_h * stride_qh + offs_r[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=q_mask,
+                other=0.0,
+            )
+            do = tl.load(
+                DO
+                + off_b * stride_dob
+                + off_h * stride_doh
+                + offs_r[:, None] * stride_dom
+                + offs_d[None, :] * stride_dod,
+                mask=q_mask,
+                other=0.0,
+            )
             lse = tl.load(LSE + stat_base + offs_r, mask=r_ok, other=0.0) * 1.4426950408889634
             delta = tl.load(DELTA + stat_base + offs_r, mask=r_ok, other=0.0)
             if IS_FP32:
@@ -261,12 +313,26 @@ def forward(
     if out.numel() and seqlen_k:
         with device_guard(q):
             _fa1_fwd_kernel[(b * h,)](
-                q, k, v, out, row_sum, row_max,
-                *q.stride(), *k.stride(), *v.stride(),
-                h, seqlen_q, seqlen_k, float(sm_scale),
-                HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(causal),
-                IS_FP32=q.dtype == torch.float32, BLOCK_R=block_r, BLOCK_C=block_c,
-            )  # fmt: skip
+                q,
+                k,
+                v,
+                out,
+                row_sum,
+                row_max,
+                *q.stride(),
+                *k.stride(),
+                *v.stride(),
+                h,
+                seqlen_q,
+                seqlen_k,
+                float(sm_scale),
+                HEAD_DIM=d,
+                BLOCK_D=max(16, triton.next_power_of_2(d)),
+                IS_CAUSAL=bool(causal),
+                IS_FP32=q.dtype == torch.float32,
+                BLOCK_R=block_r,
+                BLOCK_C=block_c,
+            )
     seen = row_sum > 0
     lse = torch.where(seen, (row_max + torch.log2(torch.where(seen, row_sum, 1.0))) * math.log(2), -math.inf)
     return out, lse
@@ -294,12 +360,30 @@ def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None
         delta = (do.float().contiguous() * out.float().contiguous()).sum(-1)
         with device_guard(q):
             _fa1_bwd_kernel[(b * h,)](
-                q, k, v, do, lse.contiguous(), delta, dq, dk, dv,
-                *q.stride(), *k.stride(), *v.stride(), *do.stride(),
-                h, seqlen_q, seqlen_k, float(sm_scale),
-                HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=bool(causal),
-                IS_FP32=q.dtype == torch.float32, BLOCK_R=block_r, BLOCK_C=block_c,
-            )  # fmt: skip
+                q,
+                k,
+                v,
+                do,
+                lse.contiguous(),
+                delta,
+                dq,
+                dk,
+                dv,
+                *q.stride(),
+                *k.stride(),
+                *v.stride(),
+                *do.stride(),
+                h,
+                seqlen_q,
+                seqlen_k,
+                float(sm_scale),
+                HEAD_DIM=d,
+                BLOCK_D=max(16, triton.next_power_of_2(d)),
+                IS_CAUSAL=bool(causal),
+                IS_FP32=q.dtype == torch.float32,
+                BLOCK_R=block_r,
+                BLOCK_C=block_c,
+            )
     return dq.to(q.dtype), dk, dv
 
 

@@ -137,9 +137,15 @@ def _eager_rescale(rescale: str) -> bool:
 
 
 def _check_tensors(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str, dense: bool = False,
-    dtypes: tuple = SUPPORTED_DTYPES, dtype_note: str = "supported: float16, bfloat16, float32",
-) -> None:  # fmt: skip
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ndim: int,
+    layout: str,
+    dense: bool = False,
+    dtypes: tuple = SUPPORTED_DTYPES,
+    dtype_note: str = "supported: float16, bfloat16, float32",
+) -> None:
     """The checks shared by the dense and the packed layouts (heads on dim 1, head_dim last), and by the
     FP8 kernel's 16-bit entry point (``dtypes``, ``dtype_note``); the callers whose products are in the
     inputs' dtype add ``check_bf16``."""
@@ -243,10 +249,12 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     longest_q = max((b - a for a, b in itertools.pairwise(offs_q)), default=0)
     longest_k = max((b - a for a, b in itertools.pairwise(offs_k)), default=0)
     return _Packing(
-        cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), len(offs_q) - 1,
+        cu_seqlens_q.contiguous(),
+        cu_seqlens_k.contiguous(),
+        len(offs_q) - 1,
         _check_max("max_seqlen_q", max_seqlen_q, longest_q, q.shape[0]),
         _check_max("max_seqlen_k", max_seqlen_k, longest_k, k.shape[0]),
-    )  # fmt: skip
+    )
 
 
 def _packed_strides(t: torch.Tensor) -> tuple[int, int, int, int]:
@@ -256,20 +264,57 @@ def _packed_strides(t: torch.Tensor) -> tuple[int, int, int, int]:
 
 
 def _launch_forward(
-    q, k, v, out, lse, cu_q, cu_k, *, strides, batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim, causal,
-    sm_scale, config, eager, varlen,
-) -> FA2Config:  # fmt: skip
+    q,
+    k,
+    v,
+    out,
+    lse,
+    cu_q,
+    cu_k,
+    *,
+    strides,
+    batch,
+    heads,
+    kv_heads,
+    seqlen_q,
+    seqlen_k,
+    head_dim,
+    causal,
+    sm_scale,
+    config,
+    eager,
+    varlen,
+) -> FA2Config:
     """The forward kernel, tuned on a shape's first call and launched directly after. ``strides``: of q, k,
     v and out in (batch, head, row, dim) order; varlen: ``seqlen_q``/``seqlen_k`` are the longest, and
     ``lse`` is ``[H, total_q]`` (dense: ``[B, H, Nq]``, both contiguous)."""
     lse_strides = (0, lse.stride(0)) if varlen else (lse.stride(0), lse.stride(1))
     block_d = max(16, triton.next_power_of_2(head_dim))
     args = (
-        q, k, v, out, lse, cu_q, cu_k, *(s for t in strides for s in t), *lse_strides,
-        heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale),
-    )  # fmt: skip
-    constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
-                     IS_VARLEN=varlen, EAGER_RESCALE=eager, EVEN_D=head_dim == block_d)  # fmt: skip
+        q,
+        k,
+        v,
+        out,
+        lse,
+        cu_q,
+        cu_k,
+        *(s for t in strides for s in t),
+        *lse_strides,
+        heads,
+        heads // kv_heads,
+        seqlen_q,
+        seqlen_k,
+        float(sm_scale),
+    )
+    constants = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        IS_CAUSAL=causal,
+        IS_FP32=q.dtype == torch.float32,
+        IS_VARLEN=varlen,
+        EAGER_RESCALE=eager,
+        EVEN_D=head_dim == block_d,
+    )
     configs = configs_in_effect(config)
     key = (configs, q.device, q.dtype, seqlen_q, seqlen_k, head_dim, causal, eager, varlen)
     chosen = _CHOSEN.get(key) or (configs[0] if len(configs) == 1 else None)
@@ -283,12 +328,15 @@ def _launch_forward(
             # later calls launch the chosen configuration directly: the autotuner's per-call
             # bookkeeping cost tens of microseconds, as much as the kernel itself at small sizes
             _attn_fwd_kernel[(triton.cdiv(seqlen_q, chosen.block_m), batch * heads)](
-                *args, **constants,
+                *args,
+                **constants,
                 EVEN_M=not varlen and seqlen_q % chosen.block_m == 0,
                 EVEN_N=not varlen and seqlen_k % chosen.block_n == 0,
-                BLOCK_M=chosen.block_m, BLOCK_N=chosen.block_n,
-                num_warps=chosen.num_warps, num_stages=chosen.num_stages,
-            )  # fmt: skip
+                BLOCK_M=chosen.block_m,
+                BLOCK_N=chosen.block_n,
+                num_warps=chosen.num_warps,
+                num_stages=chosen.num_stages,
+            )
     return chosen
 
 
@@ -324,11 +372,26 @@ def forward(
         lse.fill_(float("-inf"))
         return out.zero_(), lse
     _LAST_CONFIG[0] = _launch_forward(
-        q, k, v, out, lse, None, None, strides=(q.stride(), k.stride(), v.stride(), out.stride()),
-        batch=b, heads=h, kv_heads=k.shape[1],
-        seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim=d, causal=bool(causal), sm_scale=sm_scale,
-        config=config, eager=eager, varlen=False,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        out,
+        lse,
+        None,
+        None,
+        strides=(q.stride(), k.stride(), v.stride(), out.stride()),
+        batch=b,
+        heads=h,
+        kv_heads=k.shape[1],
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        head_dim=d,
+        causal=bool(causal),
+        sm_scale=sm_scale,
+        config=config,
+        eager=eager,
+        varlen=False,
+    )
     return out, lse
 
 
@@ -340,11 +403,26 @@ def _forward_packed(q, k, v, packing: _Packing, causal, sm_scale, config, eager)
         lse.fill_(float("-inf"))
         return out.zero_(), lse
     _LAST_CONFIG[0] = _launch_forward(
-        q, k, v, out, lse, packing.cu_q, packing.cu_k, strides=[_packed_strides(t) for t in (q, k, v, out)],
-        batch=packing.batch, heads=h, kv_heads=k.shape[1],
-        seqlen_q=packing.max_q, seqlen_k=packing.max_k, head_dim=d, causal=bool(causal), sm_scale=sm_scale,
-        config=config, eager=eager, varlen=True,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        out,
+        lse,
+        packing.cu_q,
+        packing.cu_k,
+        strides=[_packed_strides(t) for t in (q, k, v, out)],
+        batch=packing.batch,
+        heads=h,
+        kv_heads=k.shape[1],
+        seqlen_q=packing.max_q,
+        seqlen_k=packing.max_k,
+        head_dim=d,
+        causal=bool(causal),
+        sm_scale=sm_scale,
+        config=config,
+        eager=eager,
+        varlen=True,
+    )
     return out, lse
 
 
@@ -416,11 +494,31 @@ def backward(
     dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
     lse = lse.contiguous()
     _launch_backward(
-        do, q, k, v, out, lse, dq, dk, dv, None, None,
-        strides=[t.stride() for t in (q, k, v, do, out, dq, dk)], lse_strides=(lse.stride(0), lse.stride(1)),
-        delta_rows=(b, seqlen_q), batch=b, heads=h, kv_heads=k.shape[1], seqlen_q=seqlen_q,
-        seqlen_k=k.shape[2], head_dim=d, causal=bool(causal), sm_scale=sm_scale, configs=configs, varlen=False,
-    )  # fmt: skip
+        do,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        dq,
+        dk,
+        dv,
+        None,
+        None,
+        strides=[t.stride() for t in (q, k, v, do, out, dq, dk)],
+        lse_strides=(lse.stride(0), lse.stride(1)),
+        delta_rows=(b, seqlen_q),
+        batch=b,
+        heads=h,
+        kv_heads=k.shape[1],
+        seqlen_q=seqlen_q,
+        seqlen_k=k.shape[2],
+        head_dim=d,
+        causal=bool(causal),
+        sm_scale=sm_scale,
+        configs=configs,
+        varlen=False,
+    )
     return dq, dk, dv
 
 
@@ -457,11 +555,31 @@ def _backward_packed(do, q, k, v, out, lse, packing: _Packing, causal, sm_scale,
     dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
     lse = lse.contiguous()
     _launch_backward(
-        do, q, k, v, out, lse, dq, dk, dv, packing.cu_q, packing.cu_k,
-        strides=[_packed_strides(t) for t in (q, k, v, do, out, dq, dk)], lse_strides=(0, lse.stride(0)),
-        delta_rows=(1, total_q), batch=packing.batch, heads=h, kv_heads=k.shape[1], seqlen_q=packing.max_q,
-        seqlen_k=packing.max_k, head_dim=d, causal=bool(causal), sm_scale=sm_scale, configs=configs, varlen=True,
-    )  # fmt: skip
+        do,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        dq,
+        dk,
+        dv,
+        packing.cu_q,
+        packing.cu_k,
+        strides=[_packed_strides(t) for t in (q, k, v, do, out, dq, dk)],
+        lse_strides=(0, lse.stride(0)),
+        delta_rows=(1, total_q),
+        batch=packing.batch,
+        heads=h,
+        kv_heads=k.shape[1],
+        seqlen_q=packing.max_q,
+        seqlen_k=packing.max_k,
+        head_dim=d,
+        causal=bool(causal),
+        sm_scale=sm_scale,
+        configs=configs,
+        varlen=True,
+    )
     return dq, dk, dv
 
 
@@ -499,9 +617,32 @@ def _delta_rows_per_program(block_d: int) -> int:
 
 
 def _launch_backward(
-    do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, *, strides, lse_strides, delta_rows, batch, heads,
-    kv_heads, seqlen_q, seqlen_k, head_dim, causal, sm_scale, configs: FA2BwdConfig, varlen,
-) -> None:  # fmt: skip
+    do,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    dq,
+    dk,
+    dv,
+    cu_q,
+    cu_k,
+    *,
+    strides,
+    lse_strides,
+    delta_rows,
+    batch,
+    heads,
+    kv_heads,
+    seqlen_q,
+    seqlen_k,
+    head_dim,
+    causal,
+    sm_scale,
+    configs: FA2BwdConfig,
+    varlen,
+) -> None:
     """Δ, then the dK/dV and dQ passes. ``strides``: of q, k, v, do, out, dq and dk (= dv), each in
     (batch, head, row, dim) order; ``lse_strides``: (batch, head) of the logsumexp, and of Δ (allocated
     here like it); ``delta_rows``: (batches, rows per head) as Δ's kernel sees them (a packed batch is one
@@ -510,27 +651,82 @@ def _launch_backward(
     delta = torch.empty_like(lse)
     block_d = max(16, triton.next_power_of_2(head_dim))
     c1, c2 = configs
-    constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, IS_FP32=q.dtype == torch.float32,
-                     IS_VARLEN=varlen, EVEN_D=head_dim == block_d)  # fmt: skip
+    constants = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        IS_CAUSAL=causal,
+        IS_FP32=q.dtype == torch.float32,
+        IS_VARLEN=varlen,
+        EVEN_D=head_dim == block_d,
+    )
     common = (*s_q, *s_k, *s_v, *s_do)
     with device_guard(q):
         delta_batch, rows = delta_rows
         block_rows = _delta_rows_per_program(block_d)
         _attn_bwd_delta_kernel[(triton.cdiv(rows, block_rows), delta_batch * heads)](
-            out, do, delta, *s_o, *s_do, *lse_strides, heads, rows,
-            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_rows,
-        )  # fmt: skip
+            out,
+            do,
+            delta,
+            *s_o,
+            *s_do,
+            *lse_strides,
+            heads,
+            rows,
+            HEAD_DIM=head_dim,
+            BLOCK_D=block_d,
+            BLOCK_M=block_rows,
+        )
         _attn_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, c1.block_n), batch * kv_heads)](
-            q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, *common, *s_dk, *lse_strides,
-            heads, kv_heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale), **constants,
-            BLOCK_M=c1.block_m, BLOCK_N=c1.block_n, num_warps=c1.num_warps, num_stages=c1.num_stages,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            dk,
+            dv,
+            cu_q,
+            cu_k,
+            *common,
+            *s_dk,
+            *lse_strides,
+            heads,
+            kv_heads,
+            heads // kv_heads,
+            seqlen_q,
+            seqlen_k,
+            float(sm_scale),
+            **constants,
+            BLOCK_M=c1.block_m,
+            BLOCK_N=c1.block_n,
+            num_warps=c1.num_warps,
+            num_stages=c1.num_stages,
+        )
         _attn_bwd_dq_kernel[(triton.cdiv(seqlen_q, c2.block_m), batch * heads)](
-            q, k, v, do, lse, delta, dq, cu_q, cu_k, *common, *s_dq, *lse_strides,
-            heads, heads // kv_heads, seqlen_q, seqlen_k, float(sm_scale), **constants,
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            dq,
+            cu_q,
+            cu_k,
+            *common,
+            *s_dq,
+            *lse_strides,
+            heads,
+            heads // kv_heads,
+            seqlen_q,
+            seqlen_k,
+            float(sm_scale),
+            **constants,
             EVEN_N=not varlen and seqlen_k % c2.block_n == 0,
-            BLOCK_M=c2.block_m, BLOCK_N=c2.block_n, num_warps=c2.num_warps, num_stages=c2.num_stages,
-        )  # fmt: skip
+            BLOCK_M=c2.block_m,
+            BLOCK_N=c2.block_n,
+            num_warps=c2.num_warps,
+            num_stages=c2.num_stages,
+        )
 
 
 class _FlashAttention2(torch.autograd.Function):
@@ -563,8 +759,7 @@ class _FlashAttention2Varlen(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_packed(grad_out, q, k, v, out, lse, ctx.packing, ctx.causal, ctx.sm_scale,
-                                      None, None)  # fmt: skip
+        dq, dk, dv = _backward_packed(grad_out, q, k, v, out, lse, ctx.packing, ctx.causal, ctx.sm_scale, None, None)
         return dq, dk, dv, None, None, None
 
 

@@ -253,8 +253,9 @@ def gpu_bwd_configs(head_dim: int, causal: bool, *, elem_bytes: int = 2, smem_li
     chosen = []
     for which, best in (("dkdv", swept.dkdv), ("dq", swept.dq)):
         candidates = (best, *_BWD_FALLBACKS)
-        chosen.append(next((c for c in candidates if bwd_fits(which, c, block_d, elem_bytes, smem_limit)),
-                           candidates[-1]))  # fmt: skip
+        chosen.append(
+            next((c for c in candidates if bwd_fits(which, c, block_d, elem_bytes, smem_limit)), candidates[-1])
+        )
     return FA2BwdConfig(*chosen)
 
 

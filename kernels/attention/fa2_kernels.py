@@ -166,11 +166,24 @@ def _attn_fwd_kernel(
     LSE,  # (B, H, Nq) fp32, natural-log logsumexp of the scaled scores; varlen: (H, total_q)
     CU_Q,  # varlen only: (B + 1,) int32 offsets of each sequence's first query token; None otherwise
     CU_K,  # varlen only: (B + 1,) int32, of each sequence's first key token
-    stride_qb, stride_qh, stride_qm, stride_qd,  # varlen: stride_qb = 0, stride_qm the token stride
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    stride_lb, stride_lh,  # of LSE (row stride 1); the dense path uses the equal off_bh * seqlen_q
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,  # varlen: stride_qb = 0, stride_qm the token stride
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_lb,
+    stride_lh,  # of LSE (row stride 1); the dense path uses the equal off_bh * seqlen_q
     num_heads,
     group,  # query heads per K/V head (1: multi-head; num_heads: multi-query)
     seqlen_q,  # varlen: the longest query sequence (the grid's extent); each program loads its own
@@ -187,7 +200,7 @@ def _attn_fwd_kernel(
     EVEN_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):  # fmt: skip
+):
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1)
     off_b = (off_bh // num_heads).to(tl.int64)
@@ -232,15 +245,55 @@ def _attn_fwd_kernel(
     diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
 
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-        0, full_hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, IS_FP32, EAGER_RESCALE,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_ptrs,
+        v_ptrs,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        offs_d,
+        0,
+        full_hi,
+        seqlen_k,
+        diag,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        EVEN_D,
+        IS_FP32,
+        EAGER_RESCALE,
+    )
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-        full_hi, hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, IS_FP32, EAGER_RESCALE,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_ptrs,
+        v_ptrs,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        offs_d,
+        full_hi,
+        hi,
+        seqlen_k,
+        diag,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        EVEN_D,
+        IS_FP32,
+        EAGER_RESCALE,
+    )
 
     # lazy: the one division of the whole kernel; rows with no visible key (l = 0) give 0, not NaN
     seen = l_i > 0.0
@@ -267,15 +320,22 @@ def _attn_bwd_delta_kernel(
     Out,  # (B, H, Nq, d) the forward's output
     DO,  # (B, H, Nq, d) its upstream gradient
     DELTA,  # (B, H, Nq) fp32, rows contiguous: Δ_i = Σ_j dO_ij · O_ij
-    stride_ob, stride_oh, stride_om, stride_od,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    stride_lb, stride_lh,  # of DELTA (its row stride is 1)
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_lb,
+    stride_lh,  # of DELTA (its row stride is 1)
     num_heads,
     seqlen,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
-):  # fmt: skip
+):
     """Δ for BLOCK_M rows of one batch·head, accumulated in fp32 without an fp32 copy of O or dO in HBM.
 
     A packed (varlen) batch comes as one batch of total_q rows: the row offsets are 64-bit, since the token
@@ -287,10 +347,16 @@ def _attn_bwd_delta_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     m_ok = offs_m < seqlen
     mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
-    o = tl.load(Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om
-                + offs_d[None, :] * stride_od, mask=mask, other=0.0)  # fmt: skip
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=mask, other=0.0)  # fmt: skip
+    o = tl.load(
+        Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+        mask=mask,
+        other=0.0,
+    )
+    do = tl.load(
+        DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+        mask=mask,
+        other=0.0,
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + off_b * stride_lb + off_h * stride_lh + offs_m, delta, mask=m_ok)
 
@@ -390,12 +456,28 @@ def _attn_bwd_dkdv_kernel(
     DV,  # (B, H_kv, Nk, d), the strides of DK
     CU_Q,  # varlen only (all tensors then packed, as in the forward): (B + 1,) int32 query offsets
     CU_K,  # varlen only: (B + 1,) int32 key offsets
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    stride_gb, stride_gh, stride_gn, stride_gd,  # of DK and DV
-    stride_lb, stride_lh,  # of LSE and DELTA
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    stride_gd,  # of DK and DV
+    stride_lb,
+    stride_lh,  # of LSE and DELTA
     num_heads,
     num_kv_heads,
     group,  # query heads per K/V head: their contributions are summed here, in order
@@ -410,7 +492,7 @@ def _attn_bwd_dkdv_kernel(
     EVEN_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):  # fmt: skip
+):
     """dK and dV of one block of BLOCK_N keys of one K/V head: a pass over the query tiles of every
     query head of its group that can see it.
 
@@ -437,10 +519,16 @@ def _attn_bwd_dkdv_kernel(
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
-    k = tl.load(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn
-                + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # fmt: skip
-    v = tl.load(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn
-                + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)  # fmt: skip
+    k = tl.load(
+        K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+        mask=kv_mask,
+        other=0.0,
+    )
+    v = tl.load(
+        V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+        mask=kv_mask,
+        other=0.0,
+    )
     qk_scale = sm_scale * 1.4426950408889634
     diag = seqlen_k - seqlen_q
 
@@ -467,23 +555,92 @@ def _attn_bwd_dkdv_kernel(
         lse_head = LSE + off_b * stride_lb + off_h * stride_lh
         delta_head = DELTA + off_b * stride_lb + off_h * stride_lh
         dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, q_head, do_head, lse_head, delta_head, stride_qm, stride_qd, stride_dom, stride_dod,
-            offs_m0, offs_n, offs_d,
-            lo, mid, seqlen_q, seqlen_k, diag, qk_scale,
-            HEAD_DIM, BLOCK_M, True, IS_CAUSAL, EVEN_D, IS_FP32,
-        )  # fmt: skip
+            dk,
+            dv,
+            k,
+            v,
+            q_head,
+            do_head,
+            lse_head,
+            delta_head,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            offs_m0,
+            offs_n,
+            offs_d,
+            lo,
+            mid,
+            seqlen_q,
+            seqlen_k,
+            diag,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_M,
+            True,
+            IS_CAUSAL,
+            EVEN_D,
+            IS_FP32,
+        )
         dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, q_head, do_head, lse_head, delta_head, stride_qm, stride_qd, stride_dom, stride_dod,
-            offs_m0, offs_n, offs_d,
-            mid, full_end, seqlen_q, seqlen_k, diag, qk_scale,
-            HEAD_DIM, BLOCK_M, False, IS_CAUSAL, EVEN_D, IS_FP32,
-        )  # fmt: skip
+            dk,
+            dv,
+            k,
+            v,
+            q_head,
+            do_head,
+            lse_head,
+            delta_head,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            offs_m0,
+            offs_n,
+            offs_d,
+            mid,
+            full_end,
+            seqlen_q,
+            seqlen_k,
+            diag,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_M,
+            False,
+            IS_CAUSAL,
+            EVEN_D,
+            IS_FP32,
+        )
         dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, q_head, do_head, lse_head, delta_head, stride_qm, stride_qd, stride_dom, stride_dod,
-            offs_m0, offs_n, offs_d,
-            tail, seqlen_q, seqlen_q, seqlen_k, diag, qk_scale,
-            HEAD_DIM, BLOCK_M, True, IS_CAUSAL, EVEN_D, IS_FP32,
-        )  # fmt: skip
+            dk,
+            dv,
+            k,
+            v,
+            q_head,
+            do_head,
+            lse_head,
+            delta_head,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            offs_m0,
+            offs_n,
+            offs_d,
+            tail,
+            seqlen_q,
+            seqlen_q,
+            seqlen_k,
+            diag,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_M,
+            True,
+            IS_CAUSAL,
+            EVEN_D,
+            IS_FP32,
+        )
     dk = dk * sm_scale
     g_off = off_b * stride_gb + off_hk * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gd
     tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=kv_mask)
@@ -571,12 +728,28 @@ def _attn_bwd_dq_kernel(
     DQ,  # (B, H, Nq, d)
     CU_Q,  # varlen only (all tensors then packed, as in the forward): (B + 1,) int32 query offsets
     CU_K,  # varlen only: (B + 1,) int32 key offsets
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    stride_gb, stride_gh, stride_gm, stride_gd,  # of DQ
-    stride_lb, stride_lh,  # of LSE and DELTA
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_gb,
+    stride_gh,
+    stride_gm,
+    stride_gd,  # of DQ
+    stride_lb,
+    stride_lh,  # of LSE and DELTA
     num_heads,
     group,
     seqlen_q,
@@ -591,7 +764,7 @@ def _attn_bwd_dq_kernel(
     EVEN_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):  # fmt: skip
+):
     """dQ of one block of BLOCK_M queries: a pass over the key tiles it can see (deterministic)."""
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1)
@@ -615,10 +788,16 @@ def _attn_bwd_dq_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     m_ok = offs_m < seqlen_q
     q_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=q_mask, other=0.0)  # fmt: skip
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)  # fmt: skip
+    q = tl.load(
+        Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        mask=q_mask,
+        other=0.0,
+    )
+    do = tl.load(
+        DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+        mask=q_mask,
+        other=0.0,
+    )
     lse_off = off_b * stride_lb + off_h * stride_lh + offs_m
     lse2 = tl.load(LSE + lse_off, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + lse_off, mask=m_ok, other=0.0)
@@ -632,18 +811,65 @@ def _attn_bwd_dq_kernel(
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, k_head, v_head, stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_n0, offs_d,
-        0, full_hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, IS_FP32,
-    )  # fmt: skip
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        k_head,
+        v_head,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        offs_n0,
+        offs_d,
+        0,
+        full_hi,
+        seqlen_k,
+        diag,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        EVEN_D,
+        IS_FP32,
+    )
     dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, k_head, v_head, stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_n0, offs_d,
-        full_hi, hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, IS_FP32,
-    )  # fmt: skip
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        k_head,
+        v_head,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        offs_n0,
+        offs_d,
+        full_hi,
+        hi,
+        seqlen_k,
+        diag,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        EVEN_D,
+        IS_FP32,
+    )
     dq = dq * sm_scale
-    tl.store(DQ + off_b * stride_gb + off_h * stride_gh + offs_m[:, None] * stride_gm + offs_d[None, :] * stride_gd,
-             dq.to(DQ.dtype.element_ty), mask=q_mask)  # fmt: skip
+    tl.store(
+        DQ + off_b * stride_gb + off_h * stride_gh + offs_m[:, None] * stride_gm + offs_d[None, :] * stride_gd,
+        dq.to(DQ.dtype.element_ty),
+        mask=q_mask,
+    )
 
 
 # Even sizes select the unmasked loads and stores at compile time; packed (varlen) sequences never are

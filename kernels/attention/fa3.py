@@ -199,9 +199,17 @@ def last_config() -> tuple[FA3Config, Schedule] | None:
     return _LAST_CONFIG[0]
 
 
-def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, head_dim: int,
-                          producer_regs: int | None = None, fp8: bool = False, p_scale: float = 1.0,
-                          q_block: int | None = None, kv_block: int | None = None) -> tuple[dict, dict]:  # fmt: skip
+def kernel_specialisation(
+    config: FA3Config,
+    schedule: Schedule,
+    causal: bool,
+    head_dim: int,
+    producer_regs: int | None = None,
+    fp8: bool = False,
+    p_scale: float = 1.0,
+    q_block: int | None = None,
+    kv_block: int | None = None,
+) -> tuple[dict, dict]:
     """(constexprs, launch options) of one kernel variant: what ``forward`` launches, and what the compile
     tests and the compiled-kernel audit build for sm_90 without a GPU.
 
@@ -219,13 +227,22 @@ def kernel_specialisation(config: FA3Config, schedule: Schedule, causal: bool, h
         producer_regs = 24 if schedule.tma else 56
     consumer_regs = min(240, (cap * (1 + consumers) - producer_regs) // consumers // 8 * 8)
     constexprs = dict(
-        BLOCK_M=_ROWS_PER_CONSUMER, BLOCK_N=config.block_n, NUM_CONSUMERS=config.num_consumers,
-        NUM_STAGES=config.num_stages, IS_CAUSAL=bool(causal), WARP_SPECIALIZE=schedule.warp_specialize,
-        PINGPONG=schedule.pingpong and config.num_consumers == 2, OVERLAP=schedule.overlap, USE_TMA=schedule.tma,
-        CONSUMER_REGS=consumer_regs, IS_FP8=bool(fp8), P_SHIFT=float(math.log2(p_scale)) if fp8 else 0.0,
-        Q_BLOCK=q_block or _ROWS_PER_CONSUMER, KV_BLOCK=kv_block or config.block_n,
+        BLOCK_M=_ROWS_PER_CONSUMER,
+        BLOCK_N=config.block_n,
+        NUM_CONSUMERS=config.num_consumers,
+        NUM_STAGES=config.num_stages,
+        IS_CAUSAL=bool(causal),
+        WARP_SPECIALIZE=schedule.warp_specialize,
+        PINGPONG=schedule.pingpong and config.num_consumers == 2,
+        OVERLAP=schedule.overlap,
+        USE_TMA=schedule.tma,
+        CONSUMER_REGS=consumer_regs,
+        IS_FP8=bool(fp8),
+        P_SHIFT=float(math.log2(p_scale)) if fp8 else 0.0,
+        Q_BLOCK=q_block or _ROWS_PER_CONSUMER,
+        KV_BLOCK=kv_block or config.block_n,
         SUMS_ON_MMA=bool(fp8) and fp8_row_sums(head_dim, schedule) == "p8",
-    )  # fmt: skip
+    )
     options = dict(num_warps=4, maxnreg=cap) if schedule.warp_specialize else dict(num_warps=warps)
     return constexprs, options
 
@@ -249,8 +266,16 @@ def _check_head_dim(head_dim: int) -> None:
 
 
 def _check_inputs(q, k, v, causal) -> None:
-    fa2._check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=SUPPORTED_DTYPES,
-                       dtype_note="the FA-3 kernel supports float16 and bfloat16 (fa2 also runs float32)")  # fmt: skip
+    fa2._check_tensors(
+        q,
+        k,
+        v,
+        4,
+        "[batch, heads, seq, head_dim]",
+        dense=True,
+        dtypes=SUPPORTED_DTYPES,
+        dtype_note="the FA-3 kernel supports float16 and bfloat16 (fa2 also runs float32)",
+    )
     check_flag("causal", causal)
     _check_head_dim(q.shape[-1])
     _check_hopper(q)
@@ -365,15 +390,17 @@ def forward(
     return out, lse
 
 
-def _launch(q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_scale=1.0, q_block=None,
-            kv_block=None) -> None:  # fmt: skip
+def _launch(
+    q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_scale=1.0, q_block=None, kv_block=None
+) -> None:
     """The kernel on checked inputs. ``fp8``: None (16-bit), or ``(q_scale, k_scale, v_scale)`` with e4m3 q, k
     and ``v`` the data of ``FP8Values``."""
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     kernel = kernel_for_lengths(seqlen_q, seqlen_k)
-    constexprs, options = kernel_specialisation(config, schedule, causal, d, fp8=fp8 is not None, p_scale=p_scale,
-                                                q_block=q_block, kv_block=kv_block)  # fmt: skip
+    constexprs, options = kernel_specialisation(
+        config, schedule, causal, d, fp8=fp8 is not None, p_scale=p_scale, q_block=q_block, kv_block=kv_block
+    )
     rows = q_tile_rows(config, schedule)
     q, q_desc = _descriptor(q, [rows, d])
     k, k_desc = _descriptor(k, [config.block_n, d])
@@ -384,12 +411,33 @@ def _launch(q, k, v, out, lse, fp8, *, causal, sm_scale, config, schedule, p_sca
     grid = (triton.cdiv(seqlen_q, config.cta_rows), b * h)
     with device_guard(q):
         kernel[grid](
-            q_desc, k_desc, v_desc, o_desc, q, k, v, lse, *scales,
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), *strides,
-            seqlen_q, seqlen_k, h, h // k.shape[1], sm_scale * _LOG2E,
-            **constexprs, **options,
-        )  # fmt: skip
+            q_desc,
+            k_desc,
+            v_desc,
+            o_desc,
+            q,
+            k,
+            v,
+            lse,
+            *scales,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            k.stride(0),
+            k.stride(1),
+            k.stride(2),
+            v.stride(0),
+            v.stride(1),
+            v.stride(2),
+            *strides,
+            seqlen_q,
+            seqlen_k,
+            h,
+            h // k.shape[1],
+            sm_scale * _LOG2E,
+            **constexprs,
+            **options,
+        )
 
 
 def kernel_for_lengths(seqlen_q: int, seqlen_k: int):
@@ -468,8 +516,10 @@ def _check_fp8_values(v: FP8Values, seqlen_k: int) -> None:
     width = _fp8_width(seqlen_k)
     data = v.data
     if v.seqlen != seqlen_k or data.dim() != 4 or data.shape[-1] != width or data.stride(-1) != 1:
-        raise ValueError(f"v is FP8Values of {v.seqlen} keys, data {tuple(data.shape)}: expected {seqlen_k} keys "
-                         f"in a [B, H_kv, d, {width}] tensor with the keys contiguous")  # fmt: skip
+        raise ValueError(
+            f"v is FP8Values of {v.seqlen} keys, data {tuple(data.shape)}: expected {seqlen_k} keys "
+            f"in a [B, H_kv, d, {width}] tensor with the keys contiguous"
+        )
 
 
 def forward_fp8(
@@ -524,8 +574,21 @@ def forward_fp8(
         return out.zero_(), lse
     v = v if isinstance(v, FP8Values) else fp8_values(v)
     _check_fp8_values(v, seqlen_k)
-    _launch(q8, k8, v.data, out, lse, (q_scale, k_scale, v_scale), causal=causal, sm_scale=sm_scale, config=config,
-            schedule=schedule, p_scale=p_scale, q_block=q_block, kv_block=kv_block)  # fmt: skip
+    _launch(
+        q8,
+        k8,
+        v.data,
+        out,
+        lse,
+        (q_scale, k_scale, v_scale),
+        causal=causal,
+        sm_scale=sm_scale,
+        config=config,
+        schedule=schedule,
+        p_scale=p_scale,
+        q_block=q_block,
+        kv_block=kv_block,
+    )
     return out, lse
 
 

@@ -72,8 +72,9 @@ _E4M3X4 = gl.constexpr(
 @gluon.constexpr_function
 def _mma_layout(num_warps, n, k_width_bits):
     # wgmma's accumulator: 16-row slabs per warp, a warpgroup covers 64 rows; K per instruction = 256 bits
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                     instr_shape=[16, n, 256 // k_width_bits])  # fmt: skip
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 256 // k_width_bits]
+    )
 
 
 # e4m3's 1.0 as a byte: sign 0, exponent 0111 (the bias), mantissa 000
@@ -112,8 +113,18 @@ def _tile_range(start_m, seqlen_q, seqlen_k, CTA_M: gl.constexpr, BLOCK_N: gl.co
 
 
 @gluon.jit
-def _cp_async_tile(dst, base, row0, col0, nrows, ncols, stride_row, CHUNK: gl.constexpr, layout: gl.constexpr,
-                   COL_GRAIN: gl.constexpr = 1):  # fmt: skip
+def _cp_async_tile(
+    dst,
+    base,
+    row0,
+    col0,
+    nrows,
+    ncols,
+    stride_row,
+    CHUNK: gl.constexpr,
+    layout: gl.constexpr,
+    COL_GRAIN: gl.constexpr = 1,
+):
     """Per-thread asynchronous copies of the (ROWS, COLS) tile at (row0, col0) of a row-major matrix into
     ``dst``, CHUNK rows at a time (few live addresses per thread); rows at or past ``nrows`` and columns at or
     past ``ncols`` rounded up to COL_GRAIN are zero-filled. A COL_GRAIN of at least 16 bytes keeps the copies
@@ -160,8 +171,9 @@ def _v_operand(v_tile, V_T: gl.constexpr):
 def _issue_scores(q_tile, k_tile, s_layout: gl.constexpr):
     """S = Q Kᵀ on the tensor cores, asynchronously (a fresh accumulator: use_acc=False)."""
     shape: gl.constexpr = [q_tile.shape[0], k_tile.shape[0]]
-    return warpgroup_mma(q_tile, k_tile.permute((1, 0)), gl.zeros(shape, gl.float32, s_layout), use_acc=False,
-                         is_async=True)  # fmt: skip
+    return warpgroup_mma(
+        q_tile, k_tile.permute((1, 0)), gl.zeros(shape, gl.float32, s_layout), use_acc=False, is_async=True
+    )
 
 
 @gluon.jit
@@ -225,8 +237,9 @@ def _issue_row_sums(p_op, ones_smem, l_i, alpha):
     fewer bits than fp32, and over thousands of keys the running sum drifted.)"""
     layout: gl.constexpr = l_i.type.layout
     l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, layout)), 1)
-    sums = warpgroup_mma(p_op, ones_smem.permute((1, 0)), gl.zeros(l_i.shape, gl.float32, layout), use_acc=False,
-                         is_async=True)  # fmt: skip
+    sums = warpgroup_mma(
+        p_op, ones_smem.permute((1, 0)), gl.zeros(l_i.shape, gl.float32, layout), use_acc=False, is_async=True
+    )
     return l_i, sums
 
 
@@ -240,8 +253,7 @@ def _pv_a(p, p_layout: gl.constexpr, IS_FP8: gl.constexpr):
 
 
 @gluon.jit
-def _tile_scale(ptr, j, n_tiles, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl.constexpr,
-                IS_FP8: gl.constexpr):  # fmt: skip
+def _tile_scale(ptr, j, n_tiles, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl.constexpr, IS_FP8: gl.constexpr):
     """The descale factor of K/V tile j (its block of KV_BLOCK keys; stride 0 unless per block), 1 for j past
     the last tile; 1 without FP8."""
     if IS_FP8:
@@ -256,9 +268,23 @@ def _tile_scale(ptr, j, n_tiles, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl
 
 
 @gluon.jit
-def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, seqlen_k,
-              USE_TMA: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              V_T: gl.constexpr):  # fmt: skip
+def _producer(
+    descs,
+    ptrs,
+    strides,
+    smem,
+    bars,
+    b,
+    h,
+    h_kv,
+    start_m,
+    seqlen_q,
+    seqlen_k,
+    USE_TMA: gl.constexpr,
+    NUM_CONSUMERS: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    V_T: gl.constexpr,
+):
     """Loads only: the consumers' Q tiles once, then K_j and V_j into ring slot j % NUM_STAGES as soon as the
     consumers have released it (K first: the next S = Q Kᵀ needs it before the P V product needs V)."""
     q_desc, k_desc, v_desc, o_desc = descs
@@ -296,8 +322,7 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
         if USE_TMA:
             _tma_v(v_desc, b, h_kv, j, v_ready.index(slot), v_smem.index(slot), V_T)
         elif V_T:  # FP8's V: the keys rounded up to its layout's groups of 32, whose padding is zeros
-            _cp_async_tile(v_smem.index(slot), v_ptr, 0, j * BLOCK_N, HEAD_DIM, seqlen_k, stride_vn, 32, v_layout,
-                           32)
+            _cp_async_tile(v_smem.index(slot), v_ptr, 0, j * BLOCK_N, HEAD_DIM, seqlen_k, stride_vn, 32, v_layout, 32)
             async_copy.mbarrier_arrive(v_ready.index(slot), increment_count=False)
         else:
             _cp_async_tile(v_smem.index(slot), v_ptr, j * BLOCK_N, 0, seqlen_k, HEAD_DIM, stride_vn, 32, v_layout)
@@ -305,10 +330,32 @@ def _producer(descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, s
 
 
 @gluon.jit
-def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k, causal_off,
-                   row_scale, C: gl.constexpr, WARP_SPECIALIZE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, MASKED: gl.constexpr, IS_FP8: gl.constexpr,
-                   P_SHIFT: gl.constexpr, KV_BLOCK: gl.constexpr, SUMS_ON_MMA: gl.constexpr):  # fmt: skip
+def _consumer_tile(
+    j,
+    state,
+    descs,
+    smem,
+    bars,
+    scales,
+    q_tile,
+    rows,
+    b,
+    h_kv,
+    n_tiles,
+    seqlen_k,
+    causal_off,
+    row_scale,
+    C: gl.constexpr,
+    WARP_SPECIALIZE: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    OVERLAP: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    MASKED: gl.constexpr,
+    IS_FP8: gl.constexpr,
+    P_SHIFT: gl.constexpr,
+    KV_BLOCK: gl.constexpr,
+    SUMS_ON_MMA: gl.constexpr,
+):
     """Tile j of a consumer: issue S_j = Q K_jᵀ, rescale O by tile j-1's factor while it runs, issue
     O += P_{j-1} V_{j-1}, then the softmax of S_j.
 
@@ -326,8 +373,9 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
     V_T: gl.constexpr = IS_FP8
     s_layout: gl.constexpr = _mma_layout(gl.num_warps(), BLOCK_N, k_smem.dtype.primitive_bitwidth)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout,
-                                                 k_width=32 // k_smem.dtype.primitive_bitwidth)  # fmt: skip
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=acc.type.layout, k_width=32 // k_smem.dtype.primitive_bitwidth
+    )
     slot = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
@@ -379,11 +427,32 @@ def _consumer_tile(j, state, descs, smem, bars, scales, q_tile, rows, b, h_kv, n
 
 
 @gluon.jit
-def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
-              C: gl.constexpr, NUM_CONSUMERS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
-              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_FP8: gl.constexpr,
-              P_SHIFT: gl.constexpr, Q_BLOCK: gl.constexpr, KV_BLOCK: gl.constexpr,
-              SUMS_ON_MMA: gl.constexpr):  # fmt: skip
+def _consumer(
+    descs,
+    smem,
+    bars,
+    scales,
+    lse_ptr,
+    b,
+    h,
+    h_kv,
+    bh,
+    start_m,
+    seqlen_q,
+    seqlen_k,
+    qk_scale,
+    C: gl.constexpr,
+    NUM_CONSUMERS: gl.constexpr,
+    WARP_SPECIALIZE: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    OVERLAP: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    IS_FP8: gl.constexpr,
+    P_SHIFT: gl.constexpr,
+    Q_BLOCK: gl.constexpr,
+    KV_BLOCK: gl.constexpr,
+    SUMS_ON_MMA: gl.constexpr,
+):
     """Q Kᵀ, the online softmax and P V for this consumer's rows; then O and the logsumexp out.
 
     With WARP_SPECIALIZE: consumer C of NUM_CONSUMERS, the producer fills the ring. Without: the only
@@ -462,13 +531,59 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
     v_next = _tile_scale(vs_ptr, 0, n_tiles, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
     state = (m_i, l_i, acc, p, alpha, vs_prev, turn_phase, k_next, v_next)
     for j in range(1, n_full):
-        state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
-                               causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, False,
-                               IS_FP8, P_SHIFT, KV_BLOCK, SUMS_ON_MMA)  # fmt: skip
+        state = _consumer_tile(
+            j,
+            state,
+            descs,
+            smem,
+            bars,
+            tile_scales,
+            q_tile,
+            rows,
+            b,
+            h_kv,
+            n_tiles,
+            seqlen_k,
+            causal_off,
+            row_scale,
+            C,
+            WARP_SPECIALIZE,
+            PINGPONG,
+            OVERLAP,
+            IS_CAUSAL,
+            False,
+            IS_FP8,
+            P_SHIFT,
+            KV_BLOCK,
+            SUMS_ON_MMA,
+        )
     for j in range(gl.maximum(n_full, 1), n_tiles):
-        state = _consumer_tile(j, state, descs, smem, bars, tile_scales, q_tile, rows, b, h_kv, n_tiles, seqlen_k,
-                               causal_off, row_scale, C, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, True,
-                               IS_FP8, P_SHIFT, KV_BLOCK, SUMS_ON_MMA)  # fmt: skip
+        state = _consumer_tile(
+            j,
+            state,
+            descs,
+            smem,
+            bars,
+            tile_scales,
+            q_tile,
+            rows,
+            b,
+            h_kv,
+            n_tiles,
+            seqlen_k,
+            causal_off,
+            row_scale,
+            C,
+            WARP_SPECIALIZE,
+            PINGPONG,
+            OVERLAP,
+            IS_CAUSAL,
+            True,
+            IS_FP8,
+            P_SHIFT,
+            KV_BLOCK,
+            SUMS_ON_MMA,
+        )
     m_i, l_i, acc, p, alpha, vs_prev, turn_phase, _, v_scale = state  # v_scale: the last tile's
 
     # The last P V product.
@@ -520,13 +635,40 @@ def _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqle
 
 @gluon.jit
 def _fa3_fwd_kernel(
-    q_desc, k_desc, v_desc, o_desc,  # [B, H, Nq, d], [B, H_kv, Nk, d] (FP8's V: [B, H_kv, d, Nk]), [B, H, Nq, d]
-    q_ptr, k_ptr, v_ptr,  # the same tensors' bases, for the per-thread (cp.async) producer
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,  # [B, H, Nq, d], [B, H_kv, Nk, d] (FP8's V: [B, H_kv, d, Nk]), [B, H, Nq, d]
+    q_ptr,
+    k_ptr,
+    v_ptr,  # the same tensors' bases, for the per-thread (cp.async) producer
     lse_ptr,  # [B, H, Nq] fp32, contiguous
-    qs_ptr, ks_ptr, vs_ptr,  # FP8 descale factors, fp32; strides (b, h, block), 0 where coarser (16-bit: unused)
-    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    stride_qsb, stride_qsh, stride_qsblk, stride_ksb, stride_ksh, stride_ksblk, stride_vsb, stride_vsh, stride_vsblk,
-    seqlen_q, seqlen_k, heads, kv_group, qk_scale,
+    qs_ptr,
+    ks_ptr,
+    vs_ptr,  # FP8 descale factors, fp32; strides (b, h, block), 0 where coarser (16-bit: unused)
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_qsb,
+    stride_qsh,
+    stride_qsblk,
+    stride_ksb,
+    stride_ksh,
+    stride_ksblk,
+    stride_vsb,
+    stride_vsh,
+    stride_vsblk,
+    seqlen_q,
+    seqlen_k,
+    heads,
+    kv_group,
+    qk_scale,
     BLOCK_M: gl.constexpr,  # rows per consumer warpgroup
     BLOCK_N: gl.constexpr,
     NUM_CONSUMERS: gl.constexpr,
@@ -542,7 +684,7 @@ def _fa3_fwd_kernel(
     Q_BLOCK: gl.constexpr = 64,  # query rows per Q descale factor (per-block scales; a multiple of BLOCK_M)
     KV_BLOCK: gl.constexpr = 128,  # keys per K/V descale factor (per-block scales; a multiple of BLOCK_N)
     SUMS_ON_MMA: gl.constexpr = False,  # FP8: the row sums on the tensor cores, P · 1 (``fa3.fp8_row_sums``)
-):  # fmt: skip
+):
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
     CTA_M: gl.constexpr = BLOCK_M * NUM_CONSUMERS
@@ -599,10 +741,14 @@ def _fa3_fwd_kernel(
         ones_smem = o_smem
     smem = (q_smem, k_smem, v_smem, o_smem, ones_smem)
     bars = (q_bars, k_ready, v_ready, k_empty, v_empty, turn)
-    scales = (qs_ptr + b.to(gl.int64) * stride_qsb + h.to(gl.int64) * stride_qsh,
-              ks_ptr + b.to(gl.int64) * stride_ksb + h_kv.to(gl.int64) * stride_ksh,
-              vs_ptr + b.to(gl.int64) * stride_vsb + h_kv.to(gl.int64) * stride_vsh,
-              stride_qsblk, stride_ksblk, stride_vsblk)  # fmt: skip
+    scales = (
+        qs_ptr + b.to(gl.int64) * stride_qsb + h.to(gl.int64) * stride_qsh,
+        ks_ptr + b.to(gl.int64) * stride_ksb + h_kv.to(gl.int64) * stride_ksh,
+        vs_ptr + b.to(gl.int64) * stride_vsb + h_kv.to(gl.int64) * stride_vsh,
+        stride_qsblk,
+        stride_ksblk,
+        stride_vsblk,
+    )
     if WARP_SPECIALIZE:
         base_q = q_ptr + b.to(gl.int64) * stride_qb + h.to(gl.int64) * stride_qh
         base_k = k_ptr + b.to(gl.int64) * stride_kb + h_kv.to(gl.int64) * stride_kh
@@ -613,32 +759,171 @@ def _fa3_fwd_kernel(
         if NUM_CONSUMERS == 2:
             gl.warp_specialize(
                 [
-                    (_producer, (descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, seqlen_k,
-                                 USE_TMA, NUM_CONSUMERS, IS_CAUSAL, IS_FP8)),
-                    (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
-                                 qk_scale, 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
-                                 P_SHIFT, Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)),
-                    (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
-                                 qk_scale, 1, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
-                                 P_SHIFT, Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)),
+                    (
+                        _producer,
+                        (
+                            descs,
+                            ptrs,
+                            strides,
+                            smem,
+                            bars,
+                            b,
+                            h,
+                            h_kv,
+                            start_m,
+                            seqlen_q,
+                            seqlen_k,
+                            USE_TMA,
+                            NUM_CONSUMERS,
+                            IS_CAUSAL,
+                            IS_FP8,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            descs,
+                            smem,
+                            bars,
+                            scales,
+                            lse_ptr,
+                            b,
+                            h,
+                            h_kv,
+                            bh,
+                            start_m,
+                            seqlen_q,
+                            seqlen_k,
+                            qk_scale,
+                            0,
+                            NUM_CONSUMERS,
+                            WARP_SPECIALIZE,
+                            PINGPONG,
+                            OVERLAP,
+                            IS_CAUSAL,
+                            IS_FP8,
+                            P_SHIFT,
+                            Q_BLOCK,
+                            KV_BLOCK,
+                            SUMS_ON_MMA,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            descs,
+                            smem,
+                            bars,
+                            scales,
+                            lse_ptr,
+                            b,
+                            h,
+                            h_kv,
+                            bh,
+                            start_m,
+                            seqlen_q,
+                            seqlen_k,
+                            qk_scale,
+                            1,
+                            NUM_CONSUMERS,
+                            WARP_SPECIALIZE,
+                            PINGPONG,
+                            OVERLAP,
+                            IS_CAUSAL,
+                            IS_FP8,
+                            P_SHIFT,
+                            Q_BLOCK,
+                            KV_BLOCK,
+                            SUMS_ON_MMA,
+                        ),
+                    ),
                 ],
-                [4, 4], [CONSUMER_REGS, CONSUMER_REGS],
-            )  # fmt: skip
+                [4, 4],
+                [CONSUMER_REGS, CONSUMER_REGS],
+            )
         else:
             gl.warp_specialize(
                 [
-                    (_producer, (descs, ptrs, strides, smem, bars, b, h, h_kv, start_m, seqlen_q, seqlen_k,
-                                 USE_TMA, NUM_CONSUMERS, IS_CAUSAL, IS_FP8)),
-                    (_consumer, (descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k,
-                                 qk_scale, 0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8,
-                                 P_SHIFT, Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)),
+                    (
+                        _producer,
+                        (
+                            descs,
+                            ptrs,
+                            strides,
+                            smem,
+                            bars,
+                            b,
+                            h,
+                            h_kv,
+                            start_m,
+                            seqlen_q,
+                            seqlen_k,
+                            USE_TMA,
+                            NUM_CONSUMERS,
+                            IS_CAUSAL,
+                            IS_FP8,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            descs,
+                            smem,
+                            bars,
+                            scales,
+                            lse_ptr,
+                            b,
+                            h,
+                            h_kv,
+                            bh,
+                            start_m,
+                            seqlen_q,
+                            seqlen_k,
+                            qk_scale,
+                            0,
+                            NUM_CONSUMERS,
+                            WARP_SPECIALIZE,
+                            PINGPONG,
+                            OVERLAP,
+                            IS_CAUSAL,
+                            IS_FP8,
+                            P_SHIFT,
+                            Q_BLOCK,
+                            KV_BLOCK,
+                            SUMS_ON_MMA,
+                        ),
+                    ),
                 ],
-                [4], [CONSUMER_REGS],
-            )  # fmt: skip
+                [4],
+                [CONSUMER_REGS],
+            )
     else:
-        _consumer(descs, smem, bars, scales, lse_ptr, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k, qk_scale,
-                  0, NUM_CONSUMERS, WARP_SPECIALIZE, PINGPONG, OVERLAP, IS_CAUSAL, IS_FP8, P_SHIFT,
-                  Q_BLOCK, KV_BLOCK, SUMS_ON_MMA)  # fmt: skip
+        _consumer(
+            descs,
+            smem,
+            bars,
+            scales,
+            lse_ptr,
+            b,
+            h,
+            h_kv,
+            bh,
+            start_m,
+            seqlen_q,
+            seqlen_k,
+            qk_scale,
+            0,
+            NUM_CONSUMERS,
+            WARP_SPECIALIZE,
+            PINGPONG,
+            OVERLAP,
+            IS_CAUSAL,
+            IS_FP8,
+            P_SHIFT,
+            Q_BLOCK,
+            KV_BLOCK,
+            SUMS_ON_MMA,
+        )
 
 
 # The same kernel with the sequence lengths always runtime values, for calls where one of them is 1: Triton

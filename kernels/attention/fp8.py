@@ -304,13 +304,31 @@ def _fp8_fwd_kernel(
     QS,  # Q descale factors, fp32: strides (b, h, block), 0 where the granularity is coarser
     KS,
     VS,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    stride_qsb, stride_qsh, stride_qsblk,
-    stride_ksb, stride_ksh, stride_ksblk,
-    stride_vsb, stride_vsh, stride_vsblk,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_qsb,
+    stride_qsh,
+    stride_qsblk,
+    stride_ksb,
+    stride_ksh,
+    stride_ksblk,
+    stride_vsb,
+    stride_vsh,
+    stride_vsblk,
     q_scale_block,  # rows per Q scale block (a multiple of BLOCK_M)
     kv_scale_block,  # rows per K/V scale block (a multiple of BLOCK_N)
     num_heads,
@@ -328,7 +346,7 @@ def _fp8_fwd_kernel(
     P_SCALE: tl.constexpr,  # P is multiplied by this before its cast to e4m3 (a power of two)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):  # fmt: skip
+):
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1)
     off_b = (off_bh // num_heads).to(tl.int64)
@@ -354,15 +372,67 @@ def _fp8_fwd_kernel(
 
     diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
     acc, l_i, m_i = _fp8_fwd_inner(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, ks_ptr, vs_ptr, stride_kn, stride_vn, stride_ksblk, stride_vsblk,
-        kv_scale_block, offs_m, offs_n, offs_d, 0, full_hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, P_SCALE, False, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_ptrs,
+        v_ptrs,
+        ks_ptr,
+        vs_ptr,
+        stride_kn,
+        stride_vn,
+        stride_ksblk,
+        stride_vsblk,
+        kv_scale_block,
+        offs_m,
+        offs_n,
+        offs_d,
+        0,
+        full_hi,
+        seqlen_k,
+        diag,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_N,
+        P_SCALE,
+        False,
+        IS_CAUSAL,
+        EVEN_D,
+        V_SCALE_PER_TILE,
+        EMULATE_P_CAST,
+    )
     acc, l_i, m_i = _fp8_fwd_inner(
-        acc, l_i, m_i, q, k_ptrs, v_ptrs, ks_ptr, vs_ptr, stride_kn, stride_vn, stride_ksblk, stride_vsblk,
-        kv_scale_block, offs_m, offs_n, offs_d, full_hi, hi, seqlen_k, diag, qk_scale,
-        HEAD_DIM, BLOCK_N, P_SCALE, True, IS_CAUSAL, EVEN_D, V_SCALE_PER_TILE, EMULATE_P_CAST,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_ptrs,
+        v_ptrs,
+        ks_ptr,
+        vs_ptr,
+        stride_kn,
+        stride_vn,
+        stride_ksblk,
+        stride_vsblk,
+        kv_scale_block,
+        offs_m,
+        offs_n,
+        offs_d,
+        full_hi,
+        hi,
+        seqlen_k,
+        diag,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_N,
+        P_SCALE,
+        True,
+        IS_CAUSAL,
+        EVEN_D,
+        V_SCALE_PER_TILE,
+        EMULATE_P_CAST,
+    )
 
     # undo P's scaling (and V's scale when it is one per row of the output) in the one division
     denom = l_i * P_SCALE
@@ -568,8 +638,11 @@ def forward_quantized(
     q_block = qb if q_block is None else int(q_block)
     kv_block = kvb if kv_block is None else int(kv_block)
     check = _check_values(check_scale_values, q8.device)
-    for name, scale, operand, blk in (("q_scale", q_scale, q8, q_block), ("k_scale", k_scale, k8, kv_block),
-                                      ("v_scale", v_scale, v8, kv_block)):  # fmt: skip
+    for name, scale, operand, blk in (
+        ("q_scale", q_scale, q8, q_block),
+        ("k_scale", k_scale, k8, kv_block),
+        ("v_scale", v_scale, v8, kv_block),
+    ):
         _check_scale(name, scale, operand.shape, blk, check)
         if scale.device != q8.device:
             raise ValueError(f"{name} is on {scale.device} but q8 is on {q8.device}")
@@ -580,28 +653,72 @@ def forward_quantized(
     _check_schedule(schedule, which)
     if fa3_values is not None and which != "fa3":
         raise ValueError(f"v8 is fa3.FP8Values, the FA-3 kernel's layout; this call runs {which}: pass V as a tensor")
-    return _forward(q8, k8, fa3_values or v8, q_scale, k_scale, v_scale, causal, sm_scale, q_block, kv_block,
-                    out_dtype, config, p_scale, which, schedule)  # fmt: skip
+    return _forward(
+        q8,
+        k8,
+        fa3_values or v8,
+        q_scale,
+        k_scale,
+        v_scale,
+        causal,
+        sm_scale,
+        q_block,
+        kv_block,
+        out_dtype,
+        config,
+        p_scale,
+        which,
+        schedule,
+    )
 
 
 def _check_schedule(schedule, which: str) -> None:
     if which != "fa3" and schedule is not None and fa3.schedule_of(schedule) != fa3.SCHEDULES["fa3"]:
-        raise ValueError(f"schedule={schedule!r} switches a technique of the FA-3 kernel: it needs the FA-3 kernel "
-                         f"(Hopper, head dims {fa3.HEAD_DIMS}); this call runs {which}")  # fmt: skip
+        raise ValueError(
+            f"schedule={schedule!r} switches a technique of the FA-3 kernel: it needs the FA-3 kernel "
+            f"(Hopper, head dims {fa3.HEAD_DIMS}); this call runs {which}"
+        )
 
 
-def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale, q_block: int, kv_block: int,
-             out_dtype: torch.dtype, config, p_scale: float, which: str, schedule) -> torch.Tensor:  # fmt: skip
+def _forward(
+    q8,
+    k8,
+    v8,
+    q_scale,
+    k_scale,
+    v_scale,
+    causal: bool,
+    sm_scale,
+    q_block: int,
+    kv_block: int,
+    out_dtype: torch.dtype,
+    config,
+    p_scale: float,
+    which: str,
+    schedule,
+) -> torch.Tensor:
     """``forward_quantized`` on checked arguments (``attention`` comes here straight from its quantiser, whose
     outputs need no checks): the kernel ``which`` (``v8``: ``fa3.FP8Values`` for FA-3)."""
     b, h, seqlen_q, d = q8.shape
     seqlen_k = k8.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
     if which == "fa3":
-        return fa3.forward_fp8(q8, k8, v8, q_scale, k_scale, v_scale, causal, sm_scale,
-                               q_block=q_block, kv_block=kv_block, out_dtype=out_dtype,
-                               config=config if isinstance(config, fa3.FA3Config) else None, schedule=schedule,
-                               p_scale=p_scale)[0]  # fmt: skip
+        return fa3.forward_fp8(
+            q8,
+            k8,
+            v8,
+            q_scale,
+            k_scale,
+            v_scale,
+            causal,
+            sm_scale,
+            q_block=q_block,
+            kv_block=kv_block,
+            out_dtype=out_dtype,
+            config=config if isinstance(config, fa3.FA3Config) else None,
+            schedule=schedule,
+            p_scale=p_scale,
+        )[0]
     cfg = config_in_effect(d, config)
     out = torch.empty((b, h, seqlen_q, d), device=q8.device, dtype=out_dtype)
     if out.numel() == 0 or seqlen_k == 0:  # nothing to compute, or no keys: every row sees nothing
@@ -610,14 +727,40 @@ def _forward(q8, k8, v8, q_scale, k_scale, v_scale, causal: bool, sm_scale, q_bl
     grid = (triton.cdiv(seqlen_q, cfg.block_m), b * h)
     with device_guard(q8):
         _fp8_fwd_kernel[grid](
-            q8, k8, v8, out, q_scale, k_scale, v_scale,
-            *q8.stride(), *k8.stride(), *v8.stride(), *out.stride(),
-            *fa3.scale_strides(q_scale), *fa3.scale_strides(k_scale), *fa3.scale_strides(v_scale),
-            q_block, kv_block, h, h // k8.shape[1], seqlen_q, seqlen_k, float(sm_scale),
-            HEAD_DIM=d, BLOCK_D=block_d, IS_CAUSAL=bool(causal), EVEN_N=seqlen_k % cfg.block_n == 0,
-            EVEN_D=d == block_d, V_SCALE_PER_TILE=v_scale.dim() == 3, EMULATE_P_CAST=INTERPRET, P_SCALE=p_scale,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
+            q8,
+            k8,
+            v8,
+            out,
+            q_scale,
+            k_scale,
+            v_scale,
+            *q8.stride(),
+            *k8.stride(),
+            *v8.stride(),
+            *out.stride(),
+            *fa3.scale_strides(q_scale),
+            *fa3.scale_strides(k_scale),
+            *fa3.scale_strides(v_scale),
+            q_block,
+            kv_block,
+            h,
+            h // k8.shape[1],
+            seqlen_q,
+            seqlen_k,
+            float(sm_scale),
+            HEAD_DIM=d,
+            BLOCK_D=block_d,
+            IS_CAUSAL=bool(causal),
+            EVEN_N=seqlen_k % cfg.block_n == 0,
+            EVEN_D=d == block_d,
+            V_SCALE_PER_TILE=v_scale.dim() == 3,
+            EMULATE_P_CAST=INTERPRET,
+            P_SCALE=p_scale,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
     return out
 
 
@@ -658,15 +801,24 @@ def attention(
     causal = check_flag("causal", causal)
     rotate = check_flag("rotate", rotate)
     _check_granularity(granularity)
-    _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True, dtypes=OUT_DTYPES,
-                   dtype_note="FP8 attention takes float16 or bfloat16 inputs")  # fmt: skip
+    _check_tensors(
+        q,
+        k,
+        v,
+        4,
+        "[batch, heads, seq, head_dim]",
+        dense=True,
+        dtypes=OUT_DTYPES,
+        dtype_note="FP8 attention takes float16 or bfloat16 inputs",
+    )
     _check_p_scale(p_scale)
     _check_fp8_device(q.device)
     which = "fa3" if isinstance(config, fa3.FA3Config) else kernel_for(q.device, q.shape[3], kernel)
     _check_schedule(schedule, which)
     qb, kvb = blocks(which, q.shape[3], config)
-    q8, k8, v8, qs, ks, vs = quantize_qkv(q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed,
-                                          fa3_layout=which == "fa3")  # fmt: skip
+    q8, k8, v8, qs, ks, vs = quantize_qkv(
+        q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed, fa3_layout=which == "fa3"
+    )
     # (the quantiser's outputs are consistent by construction: no second round of checks)
     return _forward(q8, k8, v8, qs, ks, vs, causal, sm_scale, qb, kvb, q.dtype, config, p_scale, which, schedule)
 
@@ -683,9 +835,19 @@ def _rotation_on(d: int, seed: int, device: torch.device, dtype: torch.dtype) ->
     return _ROTATIONS[key]
 
 
-def quantize_qkv(q, k, v, granularity: str, config=None, *, blocks: tuple[int, int] | None = None,
-                 rotate: bool = False, seed: int = 0, check_finite: bool = False,
-                 fa3_layout: bool = False):  # fmt: skip
+def quantize_qkv(
+    q,
+    k,
+    v,
+    granularity: str,
+    config=None,
+    *,
+    blocks: tuple[int, int] | None = None,
+    rotate: bool = False,
+    seed: int = 0,
+    check_finite: bool = False,
+    fa3_layout: bool = False,
+):
     """Q, K, V quantised for ``forward_quantized`` by the fused quantiser (``fp8_quant``, no host
     synchronisation): ``(q8, k8, v8, q_scale, k_scale, v_scale)``, V laid out sequence-contiguous (``v8`` is
     the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk']`` tensor), or with ``fa3_layout`` written straight
@@ -702,8 +864,11 @@ def quantize_qkv(q, k, v, granularity: str, config=None, *, blocks: tuple[int, i
         m = _rotation_on(d, seed, q.device, q.dtype if q.dtype in OUT_DTYPES else torch.float32)
         q, k = q @ m, k @ m
     # (the block rows matter to the "block" granularity only; the others ignore them)
-    parts = [fp8_quant.quantize(q, granularity, qb), fp8_quant.quantize(k, granularity, kvb),
-             fp8_quant.quantize(v, granularity, kvb, transpose=True, interleave=bool(fa3_layout))]  # fmt: skip
+    parts = [
+        fp8_quant.quantize(q, granularity, qb),
+        fp8_quant.quantize(k, granularity, kvb),
+        fp8_quant.quantize(v, granularity, kvb, transpose=True, interleave=bool(fa3_layout)),
+    ]
     if check_finite:
         for name, part in zip(("q", "k", "v"), parts, strict=True):
             part.check(name)

@@ -81,8 +81,20 @@ def _abs_max(x):
 
 
 @triton.jit
-def _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
-           BLOCK_D: tl.constexpr, COL0: tl.constexpr = 0):  # fmt: skip
+def _block(
+    X,
+    off_bh,
+    rows,
+    stride_b,
+    stride_h,
+    stride_n,
+    stride_d,
+    heads,
+    seqlen,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    COL0: tl.constexpr = 0,
+):
     """The given rows of one (batch, head), columns COL0 … COL0 + BLOCK_D, in the input's dtype (a block
     held whole stays 16-bit in registers), zeros past the end and in the head-dim padding."""
     b = (off_bh // heads).to(tl.int64)
@@ -97,25 +109,43 @@ def _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqle
 def _amax_kernel(
     X,  # (B, H, N, d) 16-bit, any strides
     AMAX,  # (groups,) int32: the bits of each group's amax, 0 to start with
-    stride_b, stride_h, stride_n, stride_d,
-    heads, seqlen,
+    stride_b,
+    stride_h,
+    stride_n,
+    stride_d,
+    heads,
+    seqlen,
     PER_HEAD: tl.constexpr,  # else one group for the whole tensor
     HEAD_DIM: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
-):  # fmt: skip
+):
     off_bh = tl.program_id(1)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    x, rows, cols, mask = _block(X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM,
-                                 BLOCK_D)  # fmt: skip
+    x, rows, cols, mask = _block(
+        X, off_bh, rows, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM, BLOCK_D
+    )
     amax = _abs_max(x)
     # non-negative floats order like their bits (and +Inf, what a NaN counts as here, above them all)
     tl.atomic_max(AMAX + (off_bh if PER_HEAD else 0), amax.to(tl.int32, bitcast=True))
 
 
 @triton.jit
-def _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen, HEAD_DIM: tl.constexpr,
-           BLOCK_D: tl.constexpr, INTERLEAVE: tl.constexpr, COL0: tl.constexpr = 0):  # fmt: skip
+def _chunk(
+    X,
+    off_bh,
+    slots,
+    stride_b,
+    stride_h,
+    stride_n,
+    stride_d,
+    heads,
+    seqlen,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    INTERLEAVE: tl.constexpr,
+    COL0: tl.constexpr = 0,
+):
     """The rows ``slots`` of a block (``_block``); with INTERLEAVE the keys those columns of the FA-3
     layout hold instead (``fa3.fp8_key_slots``' inverse, within each 16 keys, so within the block)."""
     rows = slots
@@ -153,9 +183,16 @@ def _quantize_kernel(
     SCALE,  # fp32: one per group, (B·H·blocks,) / (B·H,) / (1,)
     AMAX,  # int32 bits of each group's amax (head and tensor granularities)
     NONFINITE,  # (1,) int32: blocks holding NaN or Inf
-    stride_b, stride_h, stride_n, stride_d,
-    stride_ob, stride_oh, stride_orow, stride_ocol,  # of X8 as stored: (b, h, n, d), or (b, h, d, n) transposed
-    heads, seqlen,
+    stride_b,
+    stride_h,
+    stride_n,
+    stride_d,
+    stride_ob,
+    stride_oh,
+    stride_orow,
+    stride_ocol,  # of X8 as stored: (b, h, n, d), or (b, h, d, n) transposed
+    heads,
+    seqlen,
     width,  # INTERLEAVE: the keys rounded up to 32, every column of X8 (its padding written as zeros)
     GRANULARITY: tl.constexpr,  # 0 none, 1 tensor, 2 head, 3 block
     TRANSPOSE: tl.constexpr,
@@ -166,7 +203,7 @@ def _quantize_kernel(
     BLOCK_D: tl.constexpr,
     COLS: tl.constexpr,  # columns it quantises at a time (BLOCK_D a multiple of it): transposed, all ROWS rows
     EMULATE: tl.constexpr,  # the interpreter: write the e4m3 values rounded exactly, in fp32
-):  # fmt: skip
+):
     pid_n = tl.program_id(0)
     off_bh = tl.program_id(1)
     start = pid_n * ROWS
@@ -177,8 +214,20 @@ def _quantize_kernel(
     local = 0.0
     if GRANULARITY == 3 and not WHOLE:
         for c in tl.static_range(0, ROWS, CHUNK):
-            x, rows, cols, mask = _chunk(X, off_bh, start + c + tl.arange(0, CHUNK), stride_b, stride_h, stride_n,
-                                         stride_d, heads, seqlen, HEAD_DIM, BLOCK_D, INTERLEAVE)  # fmt: skip
+            x, rows, cols, mask = _chunk(
+                X,
+                off_bh,
+                start + c + tl.arange(0, CHUNK),
+                stride_b,
+                stride_h,
+                stride_n,
+                stride_d,
+                heads,
+                seqlen,
+                HEAD_DIM,
+                BLOCK_D,
+                INTERLEAVE,
+            )
             local = tl.maximum(local, _abs_max(x))
     if GRANULARITY != 3 or not WHOLE:
         scale = _group_scale(local, SCALE, AMAX, off_bh, pid_n, GRANULARITY)
@@ -188,8 +237,21 @@ def _quantize_kernel(
     for i in tl.static_range(0, (ROWS // QROWS) * (BLOCK_D // COLS)):
         c = (i // (BLOCK_D // COLS)) * QROWS
         slots = start + c + tl.arange(0, QROWS)
-        x, rows, cols, mask = _chunk(X, off_bh, slots, stride_b, stride_h, stride_n, stride_d, heads, seqlen,
-                                     HEAD_DIM, COLS, INTERLEAVE, (i % (BLOCK_D // COLS)) * COLS)  # fmt: skip
+        x, rows, cols, mask = _chunk(
+            X,
+            off_bh,
+            slots,
+            stride_b,
+            stride_h,
+            stride_n,
+            stride_d,
+            heads,
+            seqlen,
+            HEAD_DIM,
+            COLS,
+            INTERLEAVE,
+            (i % (BLOCK_D // COLS)) * COLS,
+        )
         if GRANULARITY != 3 or WHOLE:
             local = tl.maximum(local, _abs_max(x))
         if GRANULARITY == 3 and WHOLE:
@@ -265,8 +327,9 @@ def quantize(
         raise TypeError(f"x must be a float16, bfloat16 or float32 tensor to quantise, got {x.dtype}")
     if granularity == "block":
         if isinstance(block, bool) or not isinstance(block, int) or block < 16 or block > 256 or block & (block - 1):
-            raise ValueError(f"granularity 'block' needs a block size that is a power of two from 16 to 256, "
-                             f"got {block!r}")  # fmt: skip
+            raise ValueError(
+                f"granularity 'block' needs a block size that is a power of two from 16 to 256, got {block!r}"
+            )
     if interleave and not transpose:
         raise ValueError("interleave=True is a layout of the transposed tensor: it needs transpose=True")
     b, h, n, d = x.shape
@@ -277,14 +340,16 @@ def quantize(
     if transpose:
         n_pad = triton.cdiv(n, 32 if interleave else 16) * (32 if interleave else 16)
         # the interleaved layout's padding is part of it, zeros: written by the kernel where its blocks reach
-        x8 = (torch.zeros if interleave and nblk * rows < n_pad else torch.empty)((b, h, d, n_pad), device=device,
-                                                                                  dtype=store_dtype)  # fmt: skip
+        x8 = (torch.zeros if interleave and nblk * rows < n_pad else torch.empty)(
+            (b, h, d, n_pad), device=device, dtype=store_dtype
+        )
     else:
         x8 = torch.empty((b, h, n, d), device=device, dtype=store_dtype)
     groups = {"none": 1, "tensor": 1, "head": b * h, "block": b * h * nblk}[granularity]
     # the kernel writes every group's scale (not "none"'s, 1): no fill needed when it runs
-    scale = (torch.empty if x.numel() and granularity != "none" else torch.ones)(groups, device=device,
-                                                                                 dtype=torch.float32)  # fmt: skip
+    scale = (torch.empty if x.numel() and granularity != "none" else torch.ones)(
+        groups, device=device, dtype=torch.float32
+    )
     nonfinite = torch.zeros(1, device=device, dtype=torch.int32)
     if x.numel():
         block_d = max(16, triton.next_power_of_2(d))
@@ -296,13 +361,40 @@ def quantize(
                 amax = torch.zeros(groups, device=device, dtype=torch.int32)
                 # (whole 64-row tiles, few atomics per group; it only reads: 32 elements a thread)
                 amax_warps = max(4, min(16, rows * block_d // 1024))
-                _amax_kernel[grid](x, amax, *x.stride(), h, n, PER_HEAD=granularity == "head", HEAD_DIM=d,
-                                   ROWS=rows, BLOCK_D=block_d, num_warps=amax_warps)  # fmt: skip
+                _amax_kernel[grid](
+                    x,
+                    amax,
+                    *x.stride(),
+                    h,
+                    n,
+                    PER_HEAD=granularity == "head",
+                    HEAD_DIM=d,
+                    ROWS=rows,
+                    BLOCK_D=block_d,
+                    num_warps=amax_warps,
+                )
             _quantize_kernel[grid](
-                x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n, x8.shape[-1],
-                GRANULARITY=GRANULARITIES.index(granularity), TRANSPOSE=transpose, INTERLEAVE=interleave,
-                HEAD_DIM=d, ROWS=rows, CHUNK=chunk, BLOCK_D=block_d, COLS=cols, EMULATE=INTERPRET, num_warps=warps,
-            )  # fmt: skip
+                x,
+                x8,
+                scale,
+                amax,
+                nonfinite,
+                *x.stride(),
+                *x8.stride(),
+                h,
+                n,
+                x8.shape[-1],
+                GRANULARITY=GRANULARITIES.index(granularity),
+                TRANSPOSE=transpose,
+                INTERLEAVE=interleave,
+                HEAD_DIM=d,
+                ROWS=rows,
+                CHUNK=chunk,
+                BLOCK_D=block_d,
+                COLS=cols,
+                EMULATE=INTERPRET,
+                num_warps=warps,
+            )
     if INTERPRET:  # exactly representable values: torch's cast is exact on them
         x8 = x8.to(torch.float8_e4m3fn)
     if transpose and not interleave:

@@ -62,9 +62,12 @@ def _scores(q, k, causal, sm_scale, rows, compute_dtype):
     kf = k.to(compute_dtype).reshape(b * h, seqlen_k, d)
     # written to memory as an N×N tensor
     s = torch.baddbmm(
-        torch.empty((1, 1, 1), dtype=compute_dtype, device=q.device), qf, kf.transpose(1, 2), beta=0.0,
+        torch.empty((1, 1, 1), dtype=compute_dtype, device=q.device),
+        qf,
+        kf.transpose(1, 2),
+        beta=0.0,
         alpha=softmax_scale(d, sm_scale),
-    )  # fmt: skip
+    )
     if causal:
         s.masked_fill_(causal_mask(rows_t, seqlen_q, seqlen_k)[None], float("-inf"))
     return s

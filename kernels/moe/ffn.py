@@ -42,8 +42,9 @@ def _check_inputs(x, router_logits, w_gate, w_up, w_down) -> None:
         raise ValueError(f"w_gate must be [E, H, F] = [E, {h}, F] (H from x), got {tuple(w_gate.shape)}")
     e = w_gate.shape[0]
     if router_logits.dim() != 2 or router_logits.shape[0] != x.shape[0]:
-        raise ValueError(f"router_logits must be [tokens, E] = [{x.shape[0]}, E] (tokens from x), got "
-                         f"{tuple(router_logits.shape)}")  # fmt: skip
+        raise ValueError(
+            f"router_logits must be [tokens, E] = [{x.shape[0]}, E] (tokens from x), got {tuple(router_logits.shape)}"
+        )
     if router_logits.shape[1] != e:
         raise ValueError(
             f"router_logits has {router_logits.shape[1]} expert columns but w_gate has {e} experts (its dim 0): "

@@ -252,12 +252,34 @@ _KERNEL = LaunchCache(_grouped_gemm_kernel)
 def _launch(grid, a, b, b2, out, expert_offsets, num_experts, max_tiles, n, k, cfg, fuse) -> None:
     _KERNEL.launch(
         (grid[0], 1, 1),
-        (a, b, b2, out, expert_offsets, expert_offsets.stride(0), num_experts, max_tiles, n, k,
-         *a.stride(), *b.stride(), *b2.stride(), *out.stride()),
-        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, FUSE_SWIGLU=fuse,
-             IS_FP32=a.dtype == torch.float32, E_POW2=triton.next_power_of_2(num_experts), GROUP_M=GROUP_M),
-        cfg.num_warps, cfg.num_stages,
-    )  # fmt: skip
+        (
+            a,
+            b,
+            b2,
+            out,
+            expert_offsets,
+            expert_offsets.stride(0),
+            num_experts,
+            max_tiles,
+            n,
+            k,
+            *a.stride(),
+            *b.stride(),
+            *b2.stride(),
+            *out.stride(),
+        ),
+        dict(
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k,
+            FUSE_SWIGLU=fuse,
+            IS_FP32=a.dtype == torch.float32,
+            E_POW2=triton.next_power_of_2(num_experts),
+            GROUP_M=GROUP_M,
+        ),
+        cfg.num_warps,
+        cfg.num_stages,
+    )
 
 
 def grouped_gemm(

@@ -21,6 +21,20 @@ from kernels.w4a16.formats import (
 from kernels.w4a16.w4a16 import matmul, matmul_w8
 from kernels.w4a16.w4a16_config import SMALL_M, W4A16Config, choose_config
 
-__all__ = ["GROUP_SIZES", "SMALL_M", "W4A16Config", "W4Weight", "W8Weight", "choose_config", "dequantize",
-           "dequantize_w8", "matmul", "matmul_w8", "pack_codes", "quantize", "quantize_w8", "unpack_codes",
-           "unpack_to_memory"]  # fmt: skip
+__all__ = [
+    "GROUP_SIZES",
+    "SMALL_M",
+    "W4A16Config",
+    "W4Weight",
+    "W8Weight",
+    "choose_config",
+    "dequantize",
+    "dequantize_w8",
+    "matmul",
+    "matmul_w8",
+    "pack_codes",
+    "quantize",
+    "quantize_w8",
+    "unpack_codes",
+    "unpack_to_memory",
+]

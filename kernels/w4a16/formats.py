@@ -40,6 +40,7 @@ PACK_BLOCK = 128  # inputs per packing block of the int4 format (module docstrin
 WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _UNPACK = LaunchCache(_w4_unpack_kernel)  # later launches skip Triton's argument binding
 
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class W4Weight:
     """An int4 group-wise quantised ``[N, K]`` weight (see the module docstring for the packing).
@@ -275,10 +276,16 @@ def unpack_to_memory(weight: W4Weight) -> torch.Tensor:
         _UNPACK.launch(
             grid,
             (weight.packed, sz, out, n, k_main, *weight.packed.stride(), *sz.stride(), out.stride(0)),
-            dict(GROUP=weight.group_size, TAIL_WORDS=tail_words, MAGIC=0x6400 if out.dtype == torch.float16 else 0x4300,
-                 USE_ASM=use_asm, BLOCK_N=block_n),
-            4, 1,
-        )  # fmt: skip
+            dict(
+                GROUP=weight.group_size,
+                TAIL_WORDS=tail_words,
+                MAGIC=0x6400 if out.dtype == torch.float16 else 0x4300,
+                USE_ASM=use_asm,
+                BLOCK_N=block_n,
+            ),
+            4,
+            1,
+        )
     return out
 
 

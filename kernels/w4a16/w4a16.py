@@ -75,8 +75,6 @@ def _check_activations(x: torch.Tensor, shape: tuple[int, int], bias: torch.Tens
     check_device(x, *tensors, names=("x", *names))
 
 
-
-
 def _empty_product(x, bias, m, n, k, lead):
     """The output when there is nothing to multiply (M, N or K zero)."""
     out = torch.empty((m, n), device=x.device, dtype=x.dtype)
@@ -108,8 +106,10 @@ def _reduce(target, bias, out, split):
     _REDUCE.launch(
         (triton.cdiv(m, block_m), triton.cdiv(n, block_n), 1),
         (target, bias, out, m, n, *target.stride(), *out.stride(), _bias_stride(bias)),
-        dict(SPLIT_K=split, BLOCK_M=block_m, BLOCK_N=block_n), 4, 1,
-    )  # fmt: skip
+        dict(SPLIT_K=split, BLOCK_M=block_m, BLOCK_N=block_n),
+        4,
+        1,
+    )
 
 
 # Split-K workspaces, per (device, stream): fp32 partial sums and int32 arrival counters. The counters are
@@ -195,13 +195,44 @@ def _launch_w4(x, weight: W4Weight, bias, config: W4A16Config | None) -> torch.T
         stride_zn, stride_zg = z.stride() if z is not None else (0, 0)
     _TENSOR_CORES.launch(
         grid,
-        (x2, weight.packed, s, z, bias, out, part, cnt, m, n, k_main, blocks_per_split, split,
-         *x2.stride(), *weight.packed.stride(), stride_sn, stride_sg, stride_zn, stride_zg, _bias_stride(bias)),
-        dict(GROUP=weight.group_size, SYMMETRIC=weight.symmetric, TAIL_WORDS=tail_words, SPLIT=split > 1, DEQ=deq,
-             MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300, SWAP_AB=cfg.swap_ab, USE_ASM=use_asm,
-             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
-        cfg.num_warps, cfg.num_stages,
-    )  # fmt: skip
+        (
+            x2,
+            weight.packed,
+            s,
+            z,
+            bias,
+            out,
+            part,
+            cnt,
+            m,
+            n,
+            k_main,
+            blocks_per_split,
+            split,
+            *x2.stride(),
+            *weight.packed.stride(),
+            stride_sn,
+            stride_sg,
+            stride_zn,
+            stride_zg,
+            _bias_stride(bias),
+        ),
+        dict(
+            GROUP=weight.group_size,
+            SYMMETRIC=weight.symmetric,
+            TAIL_WORDS=tail_words,
+            SPLIT=split > 1,
+            DEQ=deq,
+            MAGIC=0x6400 if x.dtype == torch.float16 else 0x4300,
+            SWAP_AB=cfg.swap_ab,
+            USE_ASM=use_asm,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k,
+        ),
+        cfg.num_warps,
+        cfg.num_stages,
+    )
     return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
 
 
@@ -221,13 +252,36 @@ def _launch_w8(x, weight: W8Weight, bias, config: W4A16Config | None) -> torch.T
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), split)
     _W8.launch(
         grid,
-        (x2, w, scales, bias if split == 1 else None, target, m, n, k_per_split, k,
-         x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), scales.stride(0), _bias_stride(bias),
-         stride_os, target.stride(-2), target.stride(-1)),
-        dict(SPLIT_K=split, IS_FP32=x.dtype == torch.float32,
-             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
-        cfg.num_warps, cfg.num_stages,
-    )  # fmt: skip
+        (
+            x2,
+            w,
+            scales,
+            bias if split == 1 else None,
+            target,
+            m,
+            n,
+            k_per_split,
+            k,
+            x2.stride(0),
+            x2.stride(1),
+            w.stride(0),
+            w.stride(1),
+            scales.stride(0),
+            _bias_stride(bias),
+            stride_os,
+            target.stride(-2),
+            target.stride(-1),
+        ),
+        dict(
+            SPLIT_K=split,
+            IS_FP32=x.dtype == torch.float32,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k,
+        ),
+        cfg.num_warps,
+        cfg.num_stages,
+    )
     if split > 1:
         _reduce(target, bias, out, split)
     return out.reshape(*lead, n)

@@ -30,6 +30,7 @@ from kernels.w4a16.formats import PACK_BLOCK
 
 SMALL_M = 16  # at most this many rows of x take the split-K path
 
+
 @dataclasses.dataclass(frozen=True)
 class W4A16Config:
     """One launch: tile sizes, the number of K slices (1: no split-K), warps and pipeline depth.

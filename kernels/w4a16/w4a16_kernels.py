@@ -289,8 +289,23 @@ def _w4_finish(acc, Bias, stride_bias, Out, rows, cols, mask, N):
 
 
 @triton.jit
-def _w4_epilogue(acc, Bias, stride_bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N,
-                 SPLIT: tl.constexpr, TRANS: tl.constexpr):  # fmt: skip
+def _w4_epilogue(
+    acc,
+    Bias,
+    stride_bias,
+    Out,
+    Part,
+    Cnt,
+    tile,
+    pid_k,
+    split_k,
+    offs_m,
+    offs_n,
+    M,
+    N,
+    SPLIT: tl.constexpr,
+    TRANS: tl.constexpr,
+):
     """Bias, cast and store of a ``[BLOCK_M, BLOCK_N]`` tile (``[BLOCK_N, BLOCK_M]`` when TRANS) of the
     contiguous ``Out [M, N]``. With SPLIT: one launch, deterministic. Each K slice stores its fp32 partial
     sum to ``Part[pid_k]`` and adds 1 to the tile's counter (acq_rel, after a CTA barrier so that every

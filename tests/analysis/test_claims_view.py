@@ -36,9 +36,12 @@ def test_every_claim_has_a_topic_quote_and_english_section():
 
 @pytest.mark.parametrize(
     ("field", "message"),
-    [("topic", "topic None is not one of"), ("quote", "quotes nothing of its article"),
-     ("section_en", "no English section name")],
-)  # fmt: skip
+    [
+        ("topic", "topic None is not one of"),
+        ("quote", "quotes nothing of its article"),
+        ("section_en", "no English section name"),
+    ],
+)
 def test_a_claim_missing_a_display_field_is_named(tmp_path, registry_data, field, message):
     data = copy.deepcopy(registry_data)
     claim = data["claims"][3]
@@ -57,11 +60,13 @@ def _verdicts(rows: list[dict]) -> pd.DataFrame:
 
 def test_rows_come_in_topic_order_and_unknown_claims_are_refused():
     texts = claims_view.load_texts()
-    df = _verdicts([
-        {"claim_id": "w4-bandwidth", "verdict": "holds", "gpu": "h200", "figure": "w4a16_speedup"},
-        {"claim_id": "mem-64k.standard", "verdict": "holds", "gpu": "-", "evidence": "model"},
-        {"claim_id": "flashinfer", "verdict": "untestable", "gpu": "-", "evidence": claims_view.NO_EXPERIMENT},
-    ])  # fmt: skip
+    df = _verdicts(
+        [
+            {"claim_id": "w4-bandwidth", "verdict": "holds", "gpu": "h200", "figure": "w4a16_speedup"},
+            {"claim_id": "mem-64k.standard", "verdict": "holds", "gpu": "-", "evidence": "model"},
+            {"claim_id": "flashinfer", "verdict": "untestable", "gpu": "-", "evidence": claims_view.NO_EXPERIMENT},
+        ]
+    )
     rows = claims_view.claim_rows(df, texts, {"h200"})
     assert [r["claim_id"] for r in rows] == ["mem-64k.standard", "flashinfer", "w4-bandwidth"]
     assert rows[2]["link"] == "#fig-h200-w4a16_speedup" and rows[0]["link"] == ""
@@ -70,8 +75,7 @@ def test_rows_come_in_topic_order_and_unknown_claims_are_refused():
     assert rows[1]["evidence"] == "" and rows[1]["observed"] == "no experiment measures it"
     assert rows[0]["gpu"] == "any (analytic)"
     with pytest.raises(ValueError, match="verdict row 0: claim 'no-such-claim' is not in the registry"):
-        claims_view.claim_rows(_verdicts([{"claim_id": "no-such-claim", "verdict": "holds", "gpu": "-"}]), texts,
-                               set())  # fmt: skip
+        claims_view.claim_rows(_verdicts([{"claim_id": "no-such-claim", "verdict": "holds", "gpu": "-"}]), texts, set())
 
 
 def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
@@ -81,12 +85,14 @@ def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
     Image.new("RGB", (1200, 600), "white").save(png)
     texts = claims_view.load_texts()
     assert texts["fa1-speed-mem.speed"].headline and not texts["fa1-blocks"].headline
-    df = _verdicts([
-        {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
-        {"claim_id": "fa1-speed-mem.speed", "verdict": "fails", "gpu": "h200", "figure": "fa1_figure3"},
-        {"claim_id": "fa1-blocks", "verdict": "holds", "gpu": "-"},
-        {"claim_id": "mem-64k.standard", "verdict": "holds", "gpu": "-"},
-    ])  # fmt: skip
+    df = _verdicts(
+        [
+            {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
+            {"claim_id": "fa1-speed-mem.speed", "verdict": "fails", "gpu": "h200", "figure": "fa1_figure3"},
+            {"claim_id": "fa1-blocks", "verdict": "holds", "gpu": "-"},
+            {"claim_id": "mem-64k.standard", "verdict": "holds", "gpu": "-"},
+        ]
+    )
     groups = claims_view.headlines(claims_view.claim_rows(df, texts, {"h200"}), {("h200", "fa1_figure3"): png})
     assert [g["topic"] for g in groups] == ["memory", "fa1"]
     (fa1,) = groups[1]["rows"]
@@ -104,13 +110,18 @@ def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
 
 def test_filters_offer_the_values_present():
     texts = claims_view.load_texts()
-    df = _verdicts([
-        {"claim_id": "fa2-mfu.utilisation", "verdict": "partly", "gpu": "h200", "kind": "measured, transfer"},
-        {"claim_id": "std-flops", "verdict": "holds", "gpu": "-", "kind": "analytic"},
-    ])  # fmt: skip
+    df = _verdicts(
+        [
+            {"claim_id": "fa2-mfu.utilisation", "verdict": "partly", "gpu": "h200", "kind": "measured, transfer"},
+            {"claim_id": "std-flops", "verdict": "holds", "gpu": "-", "kind": "analytic"},
+        ]
+    )
     f = claims_view.filters(claims_view.claim_rows(df, texts, set()))
-    assert f == {"verdict": ["holds", "partly"], "topic": ["fa2", "arithmetic"],
-                 "kind": ["analytic", "measured", "transfer"]}  # fmt: skip
+    assert f == {
+        "verdict": ["holds", "partly"],
+        "topic": ["fa2", "arithmetic"],
+        "kind": ["analytic", "measured", "transfer"],
+    }
 
 
 def test_the_committed_font_holds_every_quoted_wide_character():

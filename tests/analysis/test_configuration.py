@@ -51,8 +51,10 @@ def test_seqlens_and_seqlen_k_of_different_lengths_fail_when_planned():
     """They passed validation and then failed 16 interpreter jobs at run time."""
     cfg = _config()
     cfg["attention"]["interpreter_check"] = {"seqlens": [1, 97], "seqlen_k": [1, 97, 70]}
-    message = (r"config.attention.interpreter_check \(shard check_float16_d16_full\): seqlen_k must list one key "
-               r"length per entry of seqlens: 3 key lengths \[1, 97, 70\] for 2 query lengths")  # fmt: skip
+    message = (
+        r"config.attention.interpreter_check \(shard check_float16_d16_full\): seqlen_k must list one key "
+        r"length per entry of seqlens: 3 key lengths \[1, 97, 70\] for 2 query lengths"
+    )
     with pytest.raises(configuration.ConfigError, match=message):
         configuration.validate_config(cfg, SCHEMA)
 
@@ -99,9 +101,11 @@ def test_every_family_has_a_config_section_with_defaults():
 
 def test_planning_the_grid_imports_no_torch():
     """The workflow builds every family's shards at every start: that must not pay for importing torch or Triton."""
-    code = ("import sys\nfrom analysis import configuration, registry\n"
-            "config = configuration.load_config(['workflow/config.yaml'])\n"
-            "assert all(f.shards(config) or f.checks(config) or True for f in registry.FAMILIES.values())\n"
-            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys\nfrom analysis import configuration, registry\n"
+        "config = configuration.load_config(['workflow/config.yaml'])\n"
+        "assert all(f.shards(config) or f.checks(config) or True for f in registry.FAMILIES.values())\n"
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stderr

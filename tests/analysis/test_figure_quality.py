@@ -93,4 +93,3 @@ def test_shipped_figures_are_clean(checked, tmp_path, family):
     assert {k: v for k, v in checked.items() if v} == {}
     # what the default grid does not measure is left out, not shown as a figure that failed
     assert all(e["measured"] is False for e in entries if not e["png"])
-

@@ -18,11 +18,33 @@ SHA_A, SHA_B = "a" * 40, "b" * 40
 
 def _row(sha: str, gpu: str = "h200", **over) -> dict:
     r = {c: math.nan for c in ATTENTION.columns}
-    r.update(experiment="fa2-setting", family="attention", op="attention", impl="ours-fa2", dtype="float16",
-             mode="fwd", batch=1, heads=1, heads_kv=1, seqlen_q=128, seqlen_k=128, head_dim=64, causal=False,
-             inputs="normal", status="ok", message="", timed=True, ms_median=0.1, ms_p20=0.09, ms_p80=0.11,
-             gpu=gpu, gpu_name="NVIDIA H200", git_sha=sha, timestamp="2026-01-01T00:00:00Z",
-             kernel_config="")  # fmt: skip
+    r.update(
+        experiment="fa2-setting",
+        family="attention",
+        op="attention",
+        impl="ours-fa2",
+        dtype="float16",
+        mode="fwd",
+        batch=1,
+        heads=1,
+        heads_kv=1,
+        seqlen_q=128,
+        seqlen_k=128,
+        head_dim=64,
+        causal=False,
+        inputs="normal",
+        status="ok",
+        message="",
+        timed=True,
+        ms_median=0.1,
+        ms_p20=0.09,
+        ms_p80=0.11,
+        gpu=gpu,
+        gpu_name="NVIDIA H200",
+        git_sha=sha,
+        timestamp="2026-01-01T00:00:00Z",
+        kernel_config="",
+    )
     r.update(over)
     return r
 
@@ -32,8 +54,13 @@ def _results(tmp_path, rows):
     (res / "h200" / "attention").mkdir(parents=True)
     ATTENTION.write_rows(rows, res / "h200" / "attention.csv")
     ATTENTION.write_rows(rows[:1], res / "h200" / "attention" / "shard.csv")
-    env = {"gpu": "h200", "gpu_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
-           "git_sha": rows[0]["git_sha"]}  # fmt: skip
+    env = {
+        "gpu": "h200",
+        "gpu_name": "NVIDIA H200",
+        "torch": "2.11.0",
+        "triton": "3.6.0",
+        "git_sha": rows[0]["git_sha"],
+    }
     (res / "h200" / "environment.json").write_text(json.dumps(env))
     (res / "logs" / "h200" / "attention" / "shard").mkdir(parents=True)
     (res / "logs" / "h200" / "attention" / "shard.log").write_text("ran\n")
@@ -126,9 +153,24 @@ def test_measured_code_diff_asks_git_about_the_measured_code_only(monkeypatch):
 
 def _ops_row(sha: str, **over) -> dict:
     r = {c: math.nan for c in OPS.columns}
-    r.update(experiment="moe", family="moe", op="grouped-gemm", impl="ours-grouped", dtype="bfloat16", model="qwen",
-             stage="total", status="ok", message="", timed=True, ms_median=0.1, ms_p20=0.09, ms_p80=0.11, gpu="h200",
-             git_sha=sha, kernel_config="")  # fmt: skip
+    r.update(
+        experiment="moe",
+        family="moe",
+        op="grouped-gemm",
+        impl="ours-grouped",
+        dtype="bfloat16",
+        model="qwen",
+        stage="total",
+        status="ok",
+        message="",
+        timed=True,
+        ms_median=0.1,
+        ms_p20=0.09,
+        ms_p80=0.11,
+        gpu="h200",
+        git_sha=sha,
+        kernel_config="",
+    )
     r.update(over)
     return r
 
@@ -137,17 +179,21 @@ def test_ops_rows_are_counted_per_commit_and_their_commits_are_mixed_in(tmp_path
     """ops.csv is copied, its rows and commits go into the manifest, and a commit of the ops rows alone
     makes the results mixed: refused unless allowed, then its measured-code changes are recorded."""
     res = _results(tmp_path, [_row(SHA_A)])
-    OPS.write_rows([_ops_row(SHA_B), _ops_row(SHA_B, impl="torch-grouped-mm", status="unsupported",
-                                                   message="not available")],
-                          res / "h200" / "ops.csv")  # fmt: skip
+    OPS.write_rows(
+        [_ops_row(SHA_B), _ops_row(SHA_B, impl="torch-grouped-mm", status="unsupported", message="not available")],
+        res / "h200" / "ops.csv",
+    )
     with pytest.raises(ValueError, match="several commits"):
         publish.publish("h200", res, tmp_path / "ref")
     assert not (tmp_path / "ref" / "h200").exists()  # refused before anything was written
     monkeypatch.setattr(publish, "measured_code_diff", lambda shas, repo=None: {"a..b": ["kernels/moe/ffn.py"]})
     out = publish.publish("h200", res, tmp_path / "ref", allow_mixed=True)
     manifest = json.loads((out / "MANIFEST.json").read_text())
-    assert manifest["tables"]["ops"] == {"rows": 2, "statuses": {"ok": 1, "unsupported": 1},
-                                         "rows_per_commit": {SHA_B: 2}}  # fmt: skip
+    assert manifest["tables"]["ops"] == {
+        "rows": 2,
+        "statuses": {"ok": 1, "unsupported": 1},
+        "rows_per_commit": {SHA_B: 2},
+    }
     assert manifest["git_sha"] == SHA_B and manifest["rows_per_commit"] == {SHA_B: 2, SHA_A: 1}
     assert manifest["measured_code_changes"] == {"a..b": ["kernels/moe/ffn.py"]}
     assert (out / "ops.csv").read_bytes() == (res / "h200" / "ops.csv").read_bytes()

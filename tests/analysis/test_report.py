@@ -216,8 +216,9 @@ def test_render_all_writes_png_and_csv(rendered, table):
         if e["name"] not in DRAWN:
             # figures of experiments the table has no row of are not measured; the others failed to draw
             assert e["png"] is None and e["reason"].startswith(("no ok", "this run measured no"))
-            assert e["measured"] is (not e["reason"].startswith("this run measured no") and e["section"] in
-                                     set(table["experiment"]))  # fmt: skip
+            assert e["measured"] is (
+                not e["reason"].startswith("this run measured no") and e["section"] in set(table["experiment"])
+            )
             continue
         assert e["reason"] is None
         assert is_png(e["png"])
@@ -305,15 +306,40 @@ def test_failures_and_status_include_the_ops_rows(table):
 
     def ops_row(**over):
         r = {c: math.nan for c in ops_table.columns}
-        r.update(experiment="moe", family="moe", op="moe-layer", impl="gather-moe", dtype="bfloat16", model="qwen",
-                 tokens=4096, routing="zipf", stage="total", status="unsupported", message="above the <cap>",
-                 timed=True, gpu="h200")  # fmt: skip
+        r.update(
+            experiment="moe",
+            family="moe",
+            op="moe-layer",
+            impl="gather-moe",
+            dtype="bfloat16",
+            model="qwen",
+            tokens=4096,
+            routing="zipf",
+            stage="total",
+            status="unsupported",
+            message="above the <cap>",
+            timed=True,
+            gpu="h200",
+        )
         r.update(over)
         return r
 
-    ops = ops_table.frame([ops_row(), ops_row(impl="ours-moe", status="ok", message=""),
-                               ops_row(experiment="w4a16", impl="ours-w4a16", model="llama3-8b-up", m=16, n=14336,
-                                       k=4096, status="mismatch", message="off")])  # fmt: skip
+    ops = ops_table.frame(
+        [
+            ops_row(),
+            ops_row(impl="ours-moe", status="ok", message=""),
+            ops_row(
+                experiment="w4a16",
+                impl="ours-w4a16",
+                model="llama3-8b-up",
+                m=16,
+                n=14336,
+                k=4096,
+                status="mismatch",
+                message="off",
+            ),
+        ]
+    )
     bad = report.failures([table, ops])
     tail = bad[bad["experiment"].isin(["moe", "w4a16"])]
     assert list(tail["shape"]) == ["qwen 4096 tokens, zipf routing, stage total", "llama3-8b-up M=16 N=14336 K=4096"]

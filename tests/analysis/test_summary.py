@@ -45,8 +45,9 @@ def test_the_summary_follows_the_tables(tmp_path):
         shutil.copy(src / name, tmp_path / name)
     table = registry.table("attention")
     df = table.read_rows([tmp_path / "attention.csv"])
-    slower = df.assign(ms_median=df["ms_median"] * 1.1, ms_p20=df["ms_p20"] * 1.1, ms_p80=df["ms_p80"] * 1.1,
-                       tflops=df["tflops"] / 1.1)  # fmt: skip
+    slower = df.assign(
+        ms_median=df["ms_median"] * 1.1, ms_p20=df["ms_p20"] * 1.1, ms_p80=df["ms_p80"] * 1.1, tflops=df["tflops"] / 1.1
+    )
     table.write_rows(slower.to_dict("records"), tmp_path / "attention.csv")
     before, after = summary.markdown(src), summary.markdown(tmp_path)
     assert after != before and "## Attention" in after and "## W4A16" not in after

@@ -18,8 +18,7 @@ def _registry(path=audit.REGISTRY) -> list[Claim]:
 
 def _part(asserted: dict, tolerance: float = 0.0) -> Claim:
     whole = Claim("w", "S0", "whole", {"text": "x"}, "x", 0.0, {}, ("measured",), "fake")
-    return Claim("w.p", "S0", "part", asserted, "x", tolerance, {}, ("measured",), "fake", part="p",
-                 whole=whole)  # fmt: skip
+    return Claim("w.p", "S0", "part", asserted, "x", tolerance, {}, ("measured",), "fake", part="p", whole=whole)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +33,7 @@ def _part(asserted: dict, tolerance: float = 0.0) -> Claim:
         ({"at_most": 5}, 0.0, [6.0], "fails"),
         ({"at_least": 0.9}, 0.0, [float("nan"), 1.0], "holds"),  # unfinished points do not count
     ],
-)  # fmt: skip
+)
 def test_a_part_is_judged_against_its_own_asserted_value(asserted, tolerance, values, expected):
     assert audit.judge_part(_part(asserted, tolerance), values) == expected
 
@@ -58,10 +57,14 @@ def test_the_part_verdict_comes_from_the_whole_evaluation():
     df = audit.audit([part], Context(), {"fake": evaluate}, band=False)
     assert seen == ["w"]  # the evaluator judges the whole claim
     row = df.iloc[0]
-    assert (row["claim_id"], row["verdict"], row["observed"], row["unit"], row["note"]) == \
-        ("w.p", "holds", "3.0×", "×", "note")  # fmt: skip
-    missing = Claim("w.r", "S0", "r", {"approx": 1}, "x", 0.0, {}, ("measured",), "fake", part="r",
-                    whole=part.whole)  # fmt: skip
+    assert (row["claim_id"], row["verdict"], row["observed"], row["unit"], row["note"]) == (
+        "w.p",
+        "holds",
+        "3.0×",
+        "×",
+        "note",
+    )
+    missing = Claim("w.r", "S0", "r", {"approx": 1}, "x", 0.0, {}, ("measured",), "fake", part="r", whole=part.whole)
     with pytest.raises(ValueError, match="gives no verdict for part 'r' of claim 'w'"):
         audit.audit([missing], Context(), {"fake": evaluate}, band=False)
 
@@ -89,9 +92,20 @@ def test_the_registry_refuses_bad_part_names(tmp_path):
 
 def test_the_shipped_compound_claims_come_as_parts():
     ids = {c.id for c in _registry()}
-    assert {"fa1-speed-mem.speed", "fa1-speed-mem.memory", "exp4-close.vs-naive", "exp4-close.vs-official",
-            "fa3-util.utilisation", "fa3-util.tflops", "incident-rollback.memory", "incident-rollback.latency",
-            "fa2-mfu.utilisation", "fa2-mfu.tflops", "fa1-mfu.utilisation", "fa1-mfu.tflops"} <= ids  # fmt: skip
+    assert {
+        "fa1-speed-mem.speed",
+        "fa1-speed-mem.memory",
+        "exp4-close.vs-naive",
+        "exp4-close.vs-official",
+        "fa3-util.utilisation",
+        "fa3-util.tflops",
+        "incident-rollback.memory",
+        "incident-rollback.latency",
+        "fa2-mfu.utilisation",
+        "fa2-mfu.tflops",
+        "fa1-mfu.utilisation",
+        "fa1-mfu.tflops",
+    } <= ids
     assert not {"fa1-speed-mem", "exp4-close", "fa3-util"} & ids
 
 
@@ -107,5 +121,8 @@ def test_an_analytic_compound_claim_judges_each_number_of_its_own():
 def test_a_part_no_experiment_can_check_is_untestable_beside_the_parts_that_hold():
     parts = [c for c in _registry() if c.whole is not None and c.whole.id == "a100-bw"]
     df = audit.audit(parts, Context(), registry.evaluators()).set_index("claim_id")["verdict"].to_dict()
-    assert df == {"a100-bw.peak-bandwidth": "holds", "a100-bw.effective-bandwidth": "untestable",
-                  "a100-bw.fp16-peak": "holds"}  # fmt: skip
+    assert df == {
+        "a100-bw.peak-bandwidth": "holds",
+        "a100-bw.effective-bandwidth": "untestable",
+        "a100-bw.fp16-peak": "holds",
+    }

@@ -51,8 +51,13 @@ def test_mixed_claim_keeps_its_analytic_verdict_without_tables(claims):
 
 @pytest.mark.parametrize("cid", ["std-mfu", "fa2-mfu", "idle-95", "tc-bound-55"])
 def test_gpu_missing_from_spec_table_is_untestable_for_that_gpu(claims, cid):
-    frame = ATTENTION.frame([fixture_row("naive", tflops=200.0), fixture_row("sdpa-flash", tflops=600.0),
-                             fixture_row("naive", causal=False, tflops=180.0)])  # fmt: skip
+    frame = ATTENTION.frame(
+        [
+            fixture_row("naive", tflops=200.0),
+            fixture_row("sdpa-flash", tflops=600.0),
+            fixture_row("naive", causal=False, tflops=180.0),
+        ]
+    )
     ctx = context({"h200": frame, "gpu-not-in-table": frame}, {"h200": FIXTURE_PATH, "gpu-not-in-table": "other.csv"})
     df = audit_one(claims, cid, ctx)
     for _, unknown in df[df["gpu"] == "gpu-not-in-table"].iterrows():  # every part of a compound claim
@@ -115,8 +120,9 @@ def test_same_data_same_verdicts_and_bands(claims):
 
 
 def test_band_levels_cover_p20_to_p80():
-    df = pd.DataFrame({"impl": ["a"], "ms_median": [2.0], "ms_p20": [1.0], "ms_p80": [4.0], "tflops": [10.0],
-                       "gbps": [5.0]})  # fmt: skip
+    df = pd.DataFrame(
+        {"impl": ["a"], "ms_median": [2.0], "ms_p20": [1.0], "ms_p80": [4.0], "tflops": [10.0], "gbps": [5.0]}
+    )
     lows = band._at_levels(df, pd.Series([0.0]).to_numpy())
     highs = band._at_levels(df, pd.Series([1.0]).to_numpy())
     mid = band._at_levels(df, pd.Series([0.5]).to_numpy())

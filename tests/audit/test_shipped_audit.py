@@ -128,10 +128,23 @@ def test_analytic_observed_strings(full, cid, fragment, where):
 
 def test_full_audit_judges_measured_claims_on_h200(full):
     # every wired measured claim produced an H200 row (none silently vanished)
-    for cid in ("idle-95", "tc-bound-55", "std-mfu", "fa-exact", "online-softmax", "fp16-tolerance", "fa2-mfu.tflops",
-                "causal-skip-50", "incident-rollback.memory", "incident-rollback.latency", "exp1-oom-16k.oom",
-                "exp3-maxdiff", "exp4-close.vs-naive",
-                "exp4-close.vs-official", "exp-s0-slower"):  # fmt: skip
+    for cid in (
+        "idle-95",
+        "tc-bound-55",
+        "std-mfu",
+        "fa-exact",
+        "online-softmax",
+        "fp16-tolerance",
+        "fa2-mfu.tflops",
+        "causal-skip-50",
+        "incident-rollback.memory",
+        "incident-rollback.latency",
+        "exp1-oom-16k.oom",
+        "exp3-maxdiff",
+        "exp4-close.vs-naive",
+        "exp4-close.vs-official",
+        "exp-s0-slower",
+    ):
         rows = full[(full["claim_id"] == cid) & (full["gpu"] == "h200")]
         assert len(rows) == 1, cid
 

@@ -12,9 +12,16 @@ from analysis.audit import Claim, Untestable, verdicts
 
 def _claim(asserted: dict, tolerance: float) -> Claim:
     return Claim(
-        id="t", source="S1 (b.txt) §1", statement="s", asserted=asserted, wording="w", tolerance=tolerance,
-        conditions={}, kind=("analytic",), evaluator="std_flops",
-    )  # fmt: skip
+        id="t",
+        source="S1 (b.txt) §1",
+        statement="s",
+        asserted=asserted,
+        wording="w",
+        tolerance=tolerance,
+        conditions={},
+        kind=("analytic",),
+        evaluator="std_flops",
+    )
 
 
 @pytest.mark.parametrize(

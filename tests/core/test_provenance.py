@@ -80,11 +80,18 @@ def test_git_sha_of_a_repository(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "path, measured",
-    [("kernels/attention/fa3.py", True), ("kernels/attention/README.md", False), ("kernels.py", False),
-     ("analysis/families/fp8/run.py", True), ("analysis/families/fp8/sub/run.py", False),
-     ("analysis/families/fp8/claims.py", False), ("analysis/core/harness.py", True),
-     ("analysis/core/harness_notes.py", False), ("workflow/scripts/benchmark.py", True)],
-)  # fmt: skip
+    [
+        ("kernels/attention/fa3.py", True),
+        ("kernels/attention/README.md", False),
+        ("kernels.py", False),
+        ("analysis/families/fp8/run.py", True),
+        ("analysis/families/fp8/sub/run.py", False),
+        ("analysis/families/fp8/claims.py", False),
+        ("analysis/core/harness.py", True),
+        ("analysis/core/harness_notes.py", False),
+        ("workflow/scripts/benchmark.py", True),
+    ],
+)
 def test_measured_code_is_the_python_files_the_patterns_name(path, measured):
     assert provenance.is_measured(path) is measured
 
@@ -97,12 +104,20 @@ def test_measured_code_on_disk_matches_git_and_names_an_edit(tmp_path, monkeypat
         monkeypatch.delenv(var, raising=False)
 
     def git(*args):
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c",
-                               "commit.gpgsign=false", *args], cwd=tmp_path, capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "commit.gpgsign=false", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
-    files = {"kernels/attention/k.py": "x = 1\n", "kernels/notes.md": "not code\n",
-             "analysis/families/fp8/run.py": "RUN = 'é'\n", "analysis/families/fp8/claims.py": "pass\n"}  # fmt: skip
+    files = {
+        "kernels/attention/k.py": "x = 1\n",
+        "kernels/notes.md": "not code\n",
+        "analysis/families/fp8/run.py": "RUN = 'é'\n",
+        "analysis/families/fp8/claims.py": "pass\n",
+    }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")

@@ -203,8 +203,11 @@ def test_a_table_is_composed_from_its_families_columns():
     """Shared columns come from the shared dictionary, a family's own from its columns.yaml; the experiments
     of the table's families are the only ones its rows may name."""
     core = list(tables.CORE)
-    toy = {"description": "Toy rows.", "columns": [*core, "impl", "width"],
-           "properties": {"width": {"type": "integer", "description": "a toy's width"}}}  # fmt: skip
+    toy = {
+        "description": "Toy rows.",
+        "columns": [*core, "impl", "width"],
+        "properties": {"width": {"type": "integer", "description": "a toy's width"}},
+    }
     table = tables.compose("toy", [toy], ["toy-run"])
     assert table.columns == (*core, "impl", "width")
     assert table.schema["properties"]["experiment"]["enum"] == ["toy-run"]

@@ -49,8 +49,11 @@ def test_a_table_truncated_mid_row_is_named(tmp_path):
     path = _copy(tmp_path, "attention.csv")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(validate.DataError, match=r"attention.csv, line \d+: (\d+ fields where the header has \d+|"
-                                                r"malformed CSV)"):  # fmt: skip
+    with pytest.raises(
+        validate.DataError,
+        match=r"attention.csv, line \d+: (\d+ fields where the header has \d+|"
+        r"malformed CSV)",
+    ):
         ATTENTION.read_rows([path])
 
 
@@ -70,8 +73,11 @@ def test_an_ok_row_over_its_bound_is_named(tmp_path):
     row = df.index[(df["status"] == "ok") & df["err_bound"].notna()][0]
     df.loc[row, "max_abs_err"] = 0.9
     df.to_csv(path, index=False)
-    with pytest.raises(validate.DataError, match=rf"ops.csv, line {row + 2}, column 'max_abs_err': status ok, but the "
-                                                 r"error 0.9 exceeds its bound err_bound"):  # fmt: skip
+    with pytest.raises(
+        validate.DataError,
+        match=rf"ops.csv, line {row + 2}, column 'max_abs_err': status ok, but the "
+        r"error 0.9 exceeds its bound err_bound",
+    ):
         OPS.read_rows([path])
 
 
@@ -259,8 +265,10 @@ def test_a_failed_write_leaves_the_last_file(tmp_path, monkeypatch):
 
 
 def _render(out, figures: dict) -> list[dict]:
-    captions = {"one": "analysis/families/w4a16/captions/w4a16_speedup.rst",
-                "two": "analysis/families/moe/captions/moe_layer.rst"}  # fmt: skip
+    captions = {
+        "one": "analysis/families/w4a16/captions/w4a16_speedup.rst",
+        "two": "analysis/families/moe/captions/moe_layer.rst",
+    }
     return plotting.render_all(pd.DataFrame(), out, {n: Figure(f) for n, f in figures.items()}, captions.get)
 
 

@@ -134,14 +134,14 @@ FAMILY = {
                 log_line(f"toy n={n}: error {err:.3g}")
             return rows
     ''',
-    "analysis/families/toy/columns.yaml": '''
+    "analysis/families/toy/columns.yaml": """
         description: one toy point.
         columns: [experiment, family, impl, size, status, message, timed, max_abs_err, err_bound, gpu_name, gpu,
                   driver, cuda, torch, triton, python, git_sha, timestamp]
         properties:
           size: {description: "Elements scaled.", type: integer, minimum: 1}
-    ''',
-    "analysis/families/toy/config.schema.yaml": '''
+    """,
+    "analysis/families/toy/config.schema.yaml": """
         description: The toy family.
         type: object
         additionalProperties: false
@@ -150,7 +150,7 @@ FAMILY = {
           enabled: {description: "Run it.", type: boolean, default: true}
           sizes: {description: "Vector sizes.", type: array, items: {type: integer, minimum: 1}, default: [7, 300]}
           alpha: {description: "The scale.", type: number, default: 1.5}
-    ''',
+    """,
     "analysis/families/toy/figures.py": '''
         """The toy's one figure: its error against the size."""
 
@@ -174,9 +174,9 @@ FAMILY = {
 
         FIGURES = {"toy_error": Figure(toy_error, "toy")}
     ''',
-    "analysis/families/toy/captions/toy_error.rst": '''
+    "analysis/families/toy/captions/toy_error.rst": """
         The toy kernel's largest error against float64, per vector size.
-    ''',
+    """,
     "analysis/families/toy/claims.py": '''
         """The evaluator of the toy's claim, from its table."""
 
@@ -200,7 +200,7 @@ FAMILY = {
 
             return on_each_gpu(results, one, "the toy experiment")
     ''',
-    "analysis/families/toy/claims.yaml": '''
+    "analysis/families/toy/claims.yaml": """
         sources:
           TOY: {file: toy.txt, title: "The toy note"}
         topics:
@@ -219,7 +219,7 @@ FAMILY = {
             kind: [measured]
             evaluator: toy_exact
             figure: toy_error
-    ''',
+    """,
 }
 
 # ---- place 4: the config section; the run's own file turns the other families off --------------------------
@@ -248,17 +248,23 @@ def _add_family(work: Path) -> set[str]:
     imports = "from analysis.families import attention, compiled, fp8, moe, traffic, w4a16\n"
     order = "(attention, fp8, traffic, w4a16, moe, compiled)"
     assert imports in text and order in text, "the registry's line changed: update this test"
-    registry.write_text(text.replace(imports, imports.replace("w4a16\n", "toy, w4a16\n")).replace(
-        order, order.replace("compiled)", "compiled, toy)")))  # fmt: skip
+    registry.write_text(
+        text.replace(imports, imports.replace("w4a16\n", "toy, w4a16\n")).replace(
+            order, order.replace("compiled)", "compiled, toy)")
+        )
+    )
     config = work / "workflow" / "config.yaml"
     config.write_text(config.read_text() + "\n" + SECTION)
     return touched | {"analysis/registry.py", "workflow/config.yaml"}
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for name in COPIED for p in
-            ([root / name] if (root / name).is_file() else (root / name).rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}  # fmt: skip
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for name in COPIED
+        for p in ([root / name] if (root / name).is_file() else (root / name).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
@@ -279,8 +285,14 @@ def toy_run(tmp_path_factory) -> Path:
     after = _tree(work)
     changed = {p for p in after if before.get(p) != after[p]}
     assert changed == touched
-    places = {"kernels/toy" if p.startswith("kernels/toy/") else
-              "analysis/families/toy" if p.startswith("analysis/families/toy/") else p for p in changed}  # fmt: skip
+    places = {
+        "kernels/toy"
+        if p.startswith("kernels/toy/")
+        else "analysis/families/toy"
+        if p.startswith("analysis/families/toy/")
+        else p
+        for p in changed
+    }
     assert places == {"kernels/toy", "analysis/families/toy", "analysis/registry.py", "workflow/config.yaml"}
     (work / "run.yaml").write_text(RUN)
     r = snakemake("-n", "--cores", "1", "--configfile", "run.yaml", cwd=work)

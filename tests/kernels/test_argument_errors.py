@@ -162,8 +162,11 @@ def test_weight_entries_near_the_top_of_the_range_quantise_to_finite_scales(dtyp
 def _to(qw, device):
     import dataclasses
 
-    moved = {f.name: getattr(qw, f.name).to(device) for f in dataclasses.fields(qw)
-             if isinstance(getattr(qw, f.name), torch.Tensor)}  # fmt: skip
+    moved = {
+        f.name: getattr(qw, f.name).to(device)
+        for f in dataclasses.fields(qw)
+        if isinstance(getattr(qw, f.name), torch.Tensor)
+    }
     return dataclasses.replace(qw, **moved)
 
 

@@ -236,8 +236,19 @@ def _fp8_quantized(kernel: str):
     qb, kvb = fp8.blocks(kernel, 128)
     q, k, v = (_randn(1, 8, 1000, 128, seed=s) for s in (1, 2, 3))
     q8, k8, v8, qs, ks, vs = fp8.quantize_qkv(q, k, v, "block", blocks=(qb, kvb))
-    call = lambda: fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, q_block=qb,  # noqa: E731
-                                         kv_block=kvb, check_scale_values=False, kernel=kernel)  # fmt: skip
+    call = lambda: fp8.forward_quantized(
+        q8,
+        k8,
+        v8,
+        qs,
+        ks,
+        vs,
+        causal=True,
+        q_block=qb,  # noqa: E731
+        kv_block=kvb,
+        check_scale_values=False,
+        kernel=kernel,
+    )
 
     def refresh():
         new = fp8.quantize_qkv(*(_randn(1, 8, 1000, 128, seed=s) for s in (11, 12, 13)), "block", blocks=(qb, kvb))

@@ -89,8 +89,9 @@ def test_custom_scale_and_strided_inputs(device):
     # [B, N, H, d] memory viewed as [B, H, N, d]: the kernels take any strides
     q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
     assert not q.is_contiguous()
-    assert_gradients_match("strided, sm_scale=0.3", lambda *t: fa2.attention(*t, sm_scale=0.3), q, k, v, do,
-                           sm_scale=0.3)  # fmt: skip
+    assert_gradients_match(
+        "strided, sm_scale=0.3", lambda *t: fa2.attention(*t, sm_scale=0.3), q, k, v, do, sm_scale=0.3
+    )
 
 
 def test_backward_refuses_a_mis_shaped_grad(device):
@@ -129,11 +130,15 @@ def test_broadcast_upstream_gradient(device):
 # ---------------------------------------------------------------------------------------------------
 
 BWD_PINS = [
-    pytest.param("dkdv=BLOCK_M=32,BLOCK_N=16,num_warps=4,num_stages=1;dq=BLOCK_M=16,BLOCK_N=32,num_warps=4,num_stages=1",
-                 id="dkdv-m32n16-dq-m16n32"),
-    pytest.param("dkdv=BLOCK_M=16,BLOCK_N=32,num_warps=4,num_stages=1;dq=BLOCK_M=32,BLOCK_N=16,num_warps=4,num_stages=1",
-                 id="dkdv-m16n32-dq-m32n16"),
-]  # fmt: skip
+    pytest.param(
+        "dkdv=BLOCK_M=32,BLOCK_N=16,num_warps=4,num_stages=1;dq=BLOCK_M=16,BLOCK_N=32,num_warps=4,num_stages=1",
+        id="dkdv-m32n16-dq-m16n32",
+    ),
+    pytest.param(
+        "dkdv=BLOCK_M=16,BLOCK_N=32,num_warps=4,num_stages=1;dq=BLOCK_M=32,BLOCK_N=16,num_warps=4,num_stages=1",
+        id="dkdv-m16n32-dq-m32n16",
+    ),
+]
 
 TILE_CASES = [
     # every tile full: only the fast loops and the diagonal
@@ -158,8 +163,7 @@ TILE_CASES = [
 def test_pinned_tiles_match_float64(case: Case, pin, device, monkeypatch):
     monkeypatch.setenv(fa2.BWD_CONFIG_ENV, pin)
     q, k, v, do = _inputs(case, device, seed=11)
-    assert_gradients_match(f"{case} {pin}", lambda *t: fa2.attention(*t, causal=case.causal), q, k, v, do,
-                           case.causal)  # fmt: skip
+    assert_gradients_match(f"{case} {pin}", lambda *t: fa2.attention(*t, causal=case.causal), q, k, v, do, case.causal)
     assert str(fa2.last_bwd_config()) == pin
 
 

@@ -54,8 +54,9 @@ def _assert_varlen_matches(name, q, k, v, do, cu_q, cu_k, lens_q, lens_k, causal
     """Output and gradients of ``fn`` (default: attention_varlen) against float64, sequence by sequence."""
     fn = fn or (lambda *t: fa2.attention_varlen(*t, cu_q, cu_k, causal=causal, sm_scale=sm_scale))
     ours = output_and_grads(fn, q, k, v, do)
-    ref = output_and_grads(_per_sequence(reference.reference_attention, lens_q, lens_k, causal, sm_scale), q, k, v,
-                           do, torch.float64)  # fmt: skip
+    ref = output_and_grads(
+        _per_sequence(reference.reference_attention, lens_q, lens_k, causal, sm_scale), q, k, v, do, torch.float64
+    )
     same = output_and_grads(_per_sequence(reference.naive_attention, lens_q, lens_k, causal, sm_scale), q, k, v, do)
     for part, g, r, s in zip(("out", "dq", "dk", "dv"), ours, ref, same, strict=True):
         assert g.shape == r.shape and g.dtype == q.dtype, f"{part} {name}: {g.shape}/{g.dtype}"
@@ -70,11 +71,15 @@ CASES = [
     pytest.param(([17, 0, 45, 3, 20], [40, 5, 45, 0, 9], 4, 2, 16, True, F16), id="gqa-nq-ne-nk-causal-f16"),
     pytest.param(([33, 1, 70], [70, 33, 1], 3, 1, 80, False, F32), id="mqa-nq-ne-nk-d80-f32"),
     pytest.param(([50, 19], [64, 33], 2, 1, 24, True, F32), id="nq-lt-nk-causal-f32"),
-    pytest.param(([1, 37, 0, 130, 64], [1, 37, 0, 130, 64], 4, 2, 128, True, BF16), id="gqa-causal-d128-bf16",
-                 marks=pytest.mark.gpu),
-    pytest.param(([300, 1, 1000, 77], [300, 513, 1000, 0], 8, 2, 64, False, BF16), id="long-gqa-bf16",
-                 marks=pytest.mark.gpu),
-]  # fmt: skip
+    pytest.param(
+        ([1, 37, 0, 130, 64], [1, 37, 0, 130, 64], 4, 2, 128, True, BF16),
+        id="gqa-causal-d128-bf16",
+        marks=pytest.mark.gpu,
+    ),
+    pytest.param(
+        ([300, 1, 1000, 77], [300, 513, 1000, 0], 8, 2, 64, False, BF16), id="long-gqa-bf16", marks=pytest.mark.gpu
+    ),
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -161,8 +166,9 @@ def test_every_output_and_gradient_written(causal, device, monkeypatch):
     out, lse = fa2.forward_varlen(q, k, v, cu_q, cu_k, causal=causal)
     grads = fa2.backward_varlen(do, q, k, v, out, lse, cu_q, cu_k, causal=causal)
     monkeypatch.undo()
-    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads), (clean_out, clean_lse, *clean),
-                          strict=True):  # fmt: skip
+    for name, a, b in zip(
+        ("out", "lse", "dq", "dk", "dv"), (out, lse, *grads), (clean_out, clean_lse, *clean), strict=True
+    ):
         assert not torch.isnan(a).any(), f"{name}: elements left unwritten (still NaN)"
         assert torch.equal(a, b), name
 
@@ -212,32 +218,57 @@ def _i32(values, device):
 
 
 BAD = [
-    pytest.param(lambda d: _bad(d, cu_q=_offsets([4, 6], d).long()), TypeError,
-                 "cu_seqlens_q must have dtype torch.int32", id="int64-offsets"),
-    pytest.param(lambda d: _bad(d, cu_k=[0, 5, 12]), TypeError, "cu_seqlens_k must be a torch.Tensor",
-                 id="list-offsets"),
+    pytest.param(
+        lambda d: _bad(d, cu_q=_offsets([4, 6], d).long()),
+        TypeError,
+        "cu_seqlens_q must have dtype torch.int32",
+        id="int64-offsets",
+    ),
+    pytest.param(
+        lambda d: _bad(d, cu_k=[0, 5, 12]), TypeError, "cu_seqlens_k must be a torch.Tensor", id="list-offsets"
+    ),
     pytest.param(lambda d: _bad(d, cu_q=_i32([[0, 4, 10]], d)), ValueError, "must be 1-D", id="2d-offsets"),
     pytest.param(lambda d: _bad(d, cu_q=_i32([], d)), ValueError, "must be 1-D with batch", id="empty-offsets"),
-    pytest.param(lambda d: _bad(d, cu_k=_i32([0, 5, 5, 12], d)), ValueError, "both have batch \\+ 1 entries",
-                 id="different-batch"),
+    pytest.param(
+        lambda d: _bad(d, cu_k=_i32([0, 5, 5, 12], d)),
+        ValueError,
+        "both have batch \\+ 1 entries",
+        id="different-batch",
+    ),
     pytest.param(lambda d: _bad(d, cu_q=_i32([1, 4, 10], d)), ValueError, "must start at 0, got 1", id="not-from-0"),
-    pytest.param(lambda d: _bad(d, cu_q=_i32([0, 7, 4, 10], d), cu_k=_i32([0, 5, 5, 12], d)), ValueError,
-                 r"non-decreasing: cu_seqlens_q\[2\] = 4 < cu_seqlens_q\[1\] = 7", id="decreasing"),
-    pytest.param(lambda d: _bad(d, cu_q=_i32([0, 4, 9], d)), ValueError, "ends at 9, but q has 10 tokens",
-                 id="short-of-total"),
-    pytest.param(lambda d: _bad(d, cu_k=_i32([0, 5, 13], d)), ValueError, "ends at 13, but k has 12 tokens",
-                 id="past-total"),
-    pytest.param(lambda d: _bad(d, cu_q=_offsets([4, 6], "meta")), ValueError, "cu_seqlens_q is on meta but q is on",
-                 id="device-mismatch"),
-    pytest.param(lambda d: _bad(d, q_shape=(1, 10, 2, 16)), ValueError, r"\[total_tokens, heads, head_dim\]",
-                 id="4d-q"),
-    pytest.param(lambda d: _bad(d, k_shape=(12, 2, 32)), ValueError, "does not match q .* in head_dim",
-                 id="head-dim-mismatch"),
+    pytest.param(
+        lambda d: _bad(d, cu_q=_i32([0, 7, 4, 10], d), cu_k=_i32([0, 5, 5, 12], d)),
+        ValueError,
+        r"non-decreasing: cu_seqlens_q\[2\] = 4 < cu_seqlens_q\[1\] = 7",
+        id="decreasing",
+    ),
+    pytest.param(
+        lambda d: _bad(d, cu_q=_i32([0, 4, 9], d)), ValueError, "ends at 9, but q has 10 tokens", id="short-of-total"
+    ),
+    pytest.param(
+        lambda d: _bad(d, cu_k=_i32([0, 5, 13], d)), ValueError, "ends at 13, but k has 12 tokens", id="past-total"
+    ),
+    pytest.param(
+        lambda d: _bad(d, cu_q=_offsets([4, 6], "meta")),
+        ValueError,
+        "cu_seqlens_q is on meta but q is on",
+        id="device-mismatch",
+    ),
+    pytest.param(
+        lambda d: _bad(d, q_shape=(1, 10, 2, 16)), ValueError, r"\[total_tokens, heads, head_dim\]", id="4d-q"
+    ),
+    pytest.param(
+        lambda d: _bad(d, k_shape=(12, 2, 32)), ValueError, "does not match q .* in head_dim", id="head-dim-mismatch"
+    ),
     pytest.param(lambda d: _bad(d, q_shape=(10, 3, 16)), ValueError, "must divide q's 3", id="heads-not-dividing"),
-    pytest.param(lambda d: _bad(d, max_q=5), ValueError,
-                 r"max_seqlen_q=5 is shorter than the longest sequence in the batch \(6\)", id="max-too-small"),
+    pytest.param(
+        lambda d: _bad(d, max_q=5),
+        ValueError,
+        r"max_seqlen_q=5 is shorter than the longest sequence in the batch \(6\)",
+        id="max-too-small",
+    ),
     pytest.param(lambda d: _bad(d, max_k=7.0), TypeError, "max_seqlen_k must be an int", id="max-float"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("make, error, match", BAD)

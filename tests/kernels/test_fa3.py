@@ -103,8 +103,9 @@ def test_views(view):
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 def test_backward_through_fa2(causal, dtype):
     """``fa3.attention`` is differentiable: the forward's O and logsumexp feed FA-2's backward."""
-    q, k, v, do = random_tensors([(1, 4, 197, 128), (1, 2, 211, 128), (1, 2, 211, 128), (1, 4, 197, 128)],
-                                 dtype, "cuda", seed=7)  # fmt: skip
+    q, k, v, do = random_tensors(
+        [(1, 4, 197, 128), (1, 2, 211, 128), (1, 2, 211, 128), (1, 4, 197, 128)], dtype, "cuda", seed=7
+    )
     assert_gradients_match("fa3", lambda *t: fa3.attention(*t, causal=causal), q, k, v, do, causal)
 
 

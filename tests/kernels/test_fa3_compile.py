@@ -68,8 +68,14 @@ def compiled_rows() -> list[dict]:
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _SCRIPT, ",".join(SCHEDULES), json.dumps(FP8_VARIANTS)], env=env,
-                         cwd=ROOT, capture_output=True, text=True, timeout=1800)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, ",".join(SCHEDULES), json.dumps(FP8_VARIANTS)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
 
@@ -85,8 +91,12 @@ def fp8_variants(compiled_rows) -> dict[tuple, dict]:
     return {(r["head_dim"], r["schedule"], r["causal"]): r for r in compiled_rows if r["fp8"]}
 
 
-CASES = [pytest.param(d, s, c, id=f"d{d}-{s}-{'causal' if c else 'full'}")
-         for d in HEAD_DIMS for s in SCHEDULES for c in (False, True)]  # fmt: skip
+CASES = [
+    pytest.param(d, s, c, id=f"d{d}-{s}-{'causal' if c else 'full'}")
+    for d in HEAD_DIMS
+    for s in SCHEDULES
+    for c in (False, True)
+]
 
 
 @pytest.mark.parametrize("head_dim, schedule, causal", CASES)
@@ -117,8 +127,9 @@ def test_warpgroup_mmas_stay_asynchronous(compiled_rows):
     registers the next tile overwrote: a wait after each of its 12 MMAs). Every variant's hot loop waits at
     most twice a tile: for S, then for P V."""
     for r in compiled_rows:
-        assert 1 <= r["loop_wgmma_waits"] <= 2, {k: r[k] for k in ("head_dim", "schedule", "causal", "fp8",
-                                                                  "loop_wgmma_waits")}  # fmt: skip
+        assert 1 <= r["loop_wgmma_waits"] <= 2, {
+            k: r[k] for k in ("head_dim", "schedule", "causal", "fp8", "loop_wgmma_waits")
+        }
 
 
 def test_pingpong_passes_turns(variants):
@@ -146,8 +157,11 @@ def _sums_on_mma(head_dim: int, schedule: str) -> bool:
     return fa3.fp8_row_sums(head_dim, schedule) == "p8"
 
 
-@pytest.mark.parametrize("head_dim, schedule, causal", FP8_VARIANTS, ids=[f"d{d}-{s}-{'causal' if c else 'full'}"
-                                                                         for d, s, c in FP8_VARIANTS])  # fmt: skip
+@pytest.mark.parametrize(
+    "head_dim, schedule, causal",
+    FP8_VARIANTS,
+    ids=[f"d{d}-{s}-{'causal' if c else 'full'}" for d, s, c in FP8_VARIANTS],
+)
 def test_fp8_runs_on_the_fp8_tensor_cores(fp8_variants, head_dim, schedule, causal):
     """e4m3 inputs: every product of the hot loop a QGMMA (k = 32 per instruction, half the 16-bit count:
     S, P V and the row sums P · 1), none in 16 bits; TMA where the schedule uses it (Q, K and the transposed
@@ -169,8 +183,11 @@ def test_fp8_runs_on_the_fp8_tensor_cores(fp8_variants, head_dim, schedule, caus
         assert r["load_loop_tma"] == 0 and r["load_loop_thread_loads"] > 0, r
 
 
-@pytest.mark.parametrize("head_dim, schedule, causal", FP8_VARIANTS, ids=[f"d{d}-{s}-{'causal' if c else 'full'}"
-                                                                         for d, s, c in FP8_VARIANTS])  # fmt: skip
+@pytest.mark.parametrize(
+    "head_dim, schedule, causal",
+    FP8_VARIANTS,
+    ids=[f"d{d}-{s}-{'causal' if c else 'full'}" for d, s, c in FP8_VARIANTS],
+)
 def test_fp8_p_reaches_its_product_without_moving(fp8_variants, head_dim, schedule, causal):
     """P from the S accumulator to the A operand of P V (V in ``fa3.FP8Values``' key order): no value
     crosses threads (the only shuffles in the loop are over a row's 4 threads: the row max's, 2 rows × 2

@@ -236,15 +236,26 @@ def _row_sums(kernel: str, head_dim: int, schedule: str | None = None) -> str:
     return fa3.fp8_row_sums(head_dim, schedule) if kernel == "fa3" else "p"
 
 
-def _check_against_emulation(name, out, quantised, tiles, causal, p_scale=fp8.P_SCALE, kernel="triton",
-                             schedule=None):  # fmt: skip
+def _check_against_emulation(name, out, quantised, tiles, causal, p_scale=fp8.P_SCALE, kernel="triton", schedule=None):
     """Checks 1 and 3 of the module docstring; returns the emulation (float64, on the CPU). ``tiles``:
     (q_block, kv_block, block_n) of the scales and the kernel's online softmax (``_tiles``); ``kernel``: which
     ran, ``schedule`` the FA-3 kernel's (which may take ℓ from the rounded P, ``_row_sums``)."""
     q8, k8, v8, qs, ks, vs = (t.cpu() for t in quantised)
     q_block, kv_block, block_n = tiles
-    emu = fp8.emulate(q8, k8, v8, qs, ks, vs, causal, q_block=q_block, kv_block=kv_block, block_n=block_n,
-                      p_scale=p_scale, row_sums=_row_sums(kernel, q8.shape[-1], schedule))  # fmt: skip
+    emu = fp8.emulate(
+        q8,
+        k8,
+        v8,
+        qs,
+        ks,
+        vs,
+        causal,
+        q_block=q_block,
+        kv_block=kv_block,
+        block_n=block_n,
+        p_scale=p_scale,
+        row_sums=_row_sums(kernel, q8.shape[-1], schedule),
+    )
     out_rel = 2.0**-9 if out.dtype == F16 else 2.0**-6
     out = out.cpu().double()
     v_max = fp8.dequantize(v8, vs, kv_block).abs().max().item()
@@ -322,15 +333,17 @@ def test_mixed_granularities_and_coarser_blocks(kernel, device):
     q, k, v = random_tensors([(2, 4, n - 33, 64), (2, 2, n, 64), (2, 2, n, 64)], torch.float32, device, seed=2)
     v[:, :, 40:50] *= 30.0  # V blocks of very different sizes: the per-tile V scale matters
     (q8, qs), (k8, ks), (v8, vs) = fp8.quantize(q, "block", qb), fp8.quantize(k, "head"), fp8.quantize(v, "block", kvb)
-    out = fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, q_block=qb, kv_block=kvb, out_dtype=F16,
-                                kernel=kernel)  # fmt: skip
+    out = fp8.forward_quantized(
+        q8, k8, v8, qs, ks, vs, causal=True, q_block=qb, kv_block=kvb, out_dtype=F16, kernel=kernel
+    )
     quantised = (q8, k8, v8, qs, ks, vs)
     _check_against_emulation(f"{kernel} mixed f16", out, quantised, (qb, kvb, block_n), True, kernel=kernel)
     # and per-tensor K scales given as a 0-d tensor, V per head
     (k8, ks), (v8, vs) = fp8.quantize(k, "tensor"), fp8.quantize(v, "head")
     out = fp8.forward_quantized(q8, k8, v8, qs, ks, vs, q_block=qb, out_dtype=F16, kernel=kernel)
-    _check_against_emulation(f"{kernel} mixed2 f16", out, (q8, k8, v8, qs, ks, vs), (qb, kvb, block_n), False,
-                             kernel=kernel)
+    _check_against_emulation(
+        f"{kernel} mixed2 f16", out, (q8, k8, v8, qs, ks, vs), (qb, kvb, block_n), False, kernel=kernel
+    )
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -345,10 +358,23 @@ def test_p_scale_is_a_choice_and_matches_emulation(p_scale, kernel, device):
     out = fp8.forward_quantized(*quantised, causal=True, out_dtype=F16, p_scale=p_scale, kernel=kernel)
     q8, k8, v8, qs, ks, vs = (t.cpu() for t in quantised)
     sums = _row_sums(kernel, 64)
-    emu = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n,
-                      p_scale=p_scale, row_sums=sums)  # fmt: skip
-    emu256 = fp8.emulate(q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n,
-                         row_sums=sums)  # fmt: skip
+    emu = fp8.emulate(
+        q8,
+        k8,
+        v8,
+        qs,
+        ks,
+        vs,
+        True,
+        q_block=q_block,
+        kv_block=kv_block,
+        block_n=block_n,
+        p_scale=p_scale,
+        row_sums=sums,
+    )
+    emu256 = fp8.emulate(
+        q8, k8, v8, qs, ks, vs, True, q_block=q_block, kv_block=kv_block, block_n=block_n, row_sums=sums
+    )
     err, rms = tolerance.error_stats(out.cpu(), emu)
     _, rms256 = tolerance.error_stats(out.cpu(), emu256)
     v_max = fp8.dequantize(v8, vs, kv_block).abs().max().item()  # an element of P rounded one e4m3 step off
@@ -392,7 +418,8 @@ def test_fa3_values_must_match_k(device):
 
 
 FA3_SCHEDULE_CASES = [(128, s) for s in ("fa3", "no-warp-specialize", "no-pingpong", "no-overlap", "no-tma")] + [
-    (d, s) for d in (64, 256) for s in ("fa3", "no-tma")]  # fmt: skip
+    (d, s) for d in (64, 256) for s in ("fa3", "no-tma")
+]
 
 
 @pytest.mark.gpu
@@ -401,16 +428,19 @@ def test_fa3_schedules_agree_with_emulation(head_dim, schedule):
     """Every FA-3 schedule on FP8 inputs, GQA, causal, lengths off the tiles (the per-thread copies read V's
     keys 16 at a time: 1537 keys need the zero padding), with and without the mask: judged like any case."""
     _kernel_on("fa3", "cuda", head_dim)
-    q, k, v = random_tensors([(2, 4, 1000, head_dim), (2, 2, 1537, head_dim), (2, 2, 1537, head_dim)], BF16,
-                             "cuda", seed=head_dim)  # fmt: skip
+    q, k, v = random_tensors(
+        [(2, 4, 1000, head_dim), (2, 2, 1537, head_dim), (2, 2, 1537, head_dim)], BF16, "cuda", seed=head_dim
+    )
     tiles = _tiles("fa3", head_dim)
     quantised = fp8.quantize_qkv(q, k, v, "block", blocks=tiles[:2])
     out = fp8.forward_quantized(*quantised, causal=True, kernel="fa3", schedule=schedule)
-    _check_against_emulation(f"fa3 {schedule} d{head_dim}", out, quantised, tiles, True, kernel="fa3",
-                             schedule=schedule)  # fmt: skip
+    _check_against_emulation(
+        f"fa3 {schedule} d{head_dim}", out, quantised, tiles, True, kernel="fa3", schedule=schedule
+    )
     full = fp8.forward_quantized(*quantised, causal=False, kernel="fa3", schedule=schedule)
-    _check_against_emulation(f"fa3 {schedule} d{head_dim} full", full, quantised, tiles, False, kernel="fa3",
-                             schedule=schedule)  # fmt: skip
+    _check_against_emulation(
+        f"fa3 {schedule} d{head_dim} full", full, quantised, tiles, False, kernel="fa3", schedule=schedule
+    )
     # V quantised straight into the kernel's layout (1537 keys: padded to 1568 with zeros): the same output
     fused = fp8.quantize_qkv(q, k, v, "block", blocks=tiles[:2], fa3_layout=True)
     assert torch.equal(out, fp8.forward_quantized(*fused, causal=True, kernel="fa3", schedule=schedule))
@@ -431,8 +461,9 @@ def test_fa3_length_one_is_repeatable(head_dim, schedule):
     _kernel_on("fa3", "cuda", head_dim)
     tiles = _tiles("fa3", head_dim)
     for nq, nk, causal in ((1, 1, False), (1, 1, True), (1, 300, False), (97, 1, False)):
-        q, k, v = random_tensors([(1, 2, nq, head_dim), (1, 2, nk, head_dim), (1, 2, nk, head_dim)], F16, "cuda",
-                                 seed=nq + nk)  # fmt: skip
+        q, k, v = random_tensors(
+            [(1, 2, nq, head_dim), (1, 2, nk, head_dim), (1, 2, nk, head_dim)], F16, "cuda", seed=nq + nk
+        )
         name = f"fa3 {schedule or 'fp8-default'} d{head_dim} nq{nq} nk{nk}{' causal' if causal else ''}"
         fused = fp8.quantize_qkv(q, k, v, "block", blocks=tiles[:2], fa3_layout=True)
         runs = [fp8.forward_quantized(*fused, causal=causal, kernel="fa3", schedule=schedule) for _ in range(10)]
@@ -561,11 +592,13 @@ def test_forward_quantized_rejects_bad_scale_shapes_and_blocks(device):
     with pytest.raises(ValueError, match="k_scale has shape"):
         fp8.forward_quantized(q8, k8, v8, one, torch.ones(1, 2, 3, device=device), one)  # 97 rows need 7 blocks
     with pytest.raises(ValueError, match=r"q_block=\d+ must be a multiple of the kernel's \d+ query rows per tile"):
-        fp8.forward_quantized(q8, k8, v8, torch.ones(1, 2, triton.cdiv(97, bm + 1), device=device), one, one,
-                              q_block=bm + 1)  # fmt: skip
+        fp8.forward_quantized(
+            q8, k8, v8, torch.ones(1, 2, triton.cdiv(97, bm + 1), device=device), one, one, q_block=bm + 1
+        )
     with pytest.raises(ValueError, match=r"kv_block=\d+ must be a multiple of the kernel's \d+ keys per tile"):
-        fp8.forward_quantized(q8, k8, v8, one, one, torch.ones(1, 2, triton.cdiv(97, bn // 2), device=device),
-                              kv_block=bn // 2)  # fmt: skip
+        fp8.forward_quantized(
+            q8, k8, v8, one, one, torch.ones(1, 2, triton.cdiv(97, bn // 2), device=device), kv_block=bn // 2
+        )
     with pytest.raises(ValueError, match="must divide q8's 2"):
         k3 = torch.zeros(1, 3, 97, 32, device=device).to(torch.float8_e4m3fn)
         fp8.forward_quantized(q8, k3, k3, one, one, one)
@@ -652,8 +685,14 @@ def test_gpu_path_compiles_to_fp8_mma(capability, mma):
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(capability)], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT, str(capability)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     found = ast.literal_eval(lines[-1])

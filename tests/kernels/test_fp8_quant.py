@@ -26,8 +26,9 @@ from kernels.attention import fa3, fp8, fp8_quant
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
 
-def _same(name, got: fp8_quant.QuantizedFP8, x: torch.Tensor, granularity: str, block: int | None,
-          transpose: bool = False):  # fmt: skip
+def _same(
+    name, got: fp8_quant.QuantizedFP8, x: torch.Tensor, granularity: str, block: int | None, transpose: bool = False
+):
     """``got`` holds fp8.quantize's bytes and scales (its x8 transposed back with ``transpose``)."""
     x8, scale = fp8.quantize(x.cpu(), granularity, block)
     got = got._replace(x8=got.x8.transpose(-1, -2)) if transpose else got
@@ -233,8 +234,9 @@ def test_quantiser_compiles_for_hopper_without_spills():
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(root))
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, cwd=root, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE], env=env, cwd=root, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 9

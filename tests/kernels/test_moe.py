@@ -195,9 +195,12 @@ def test_grouped_gemm_pinned_config_and_empty():
     cfg = GroupedGemmConfig(32, 16, 32, 4, 1)
     out = grouped_gemm(a, b, offsets, config=cfg)
     tolerance.assert_close(
-        "grouped_gemm 32x16x32", out, reference.grouped_gemm_reference(a, b, offsets, F64),
-        reference.grouped_gemm_reference(a, b, offsets), F32,
-    )  # fmt: skip
+        "grouped_gemm 32x16x32",
+        out,
+        reference.grouped_gemm_reference(a, b, offsets, F64),
+        reference.grouped_gemm_reference(a, b, offsets),
+        F32,
+    )
     empty = grouped_gemm(torch.empty(0, 40), b, torch.zeros(3, dtype=torch.int32))
     assert empty.shape == (0, 24)
     with pytest.raises(ValueError, match="power of two"):
@@ -223,9 +226,12 @@ def test_every_row_tile_finds_its_expert(counts):
     cfg = GroupedGemmConfig(16, 16, 16, 4, 1)
     out = grouped_gemm(a, b, offsets, config=cfg)
     tolerance.assert_close(
-        f"grouped_gemm {counts}", out, reference.grouped_gemm_reference(a, b, offsets, F64),
-        reference.grouped_gemm_reference(a, b, offsets), F32,
-    )  # fmt: skip
+        f"grouped_gemm {counts}",
+        out,
+        reference.grouped_gemm_reference(a, b, offsets, F64),
+        reference.grouped_gemm_reference(a, b, offsets),
+        F32,
+    )
 
 
 def test_grouped_gemm_bad_inputs():
@@ -407,8 +413,14 @@ def test_gpu_path_compiles_to_wgmma(fuse, dtype, mma):
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, "1" if fuse else "0", dtype], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT, "1" if fuse else "0", dtype],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     shared, _, found = run.stdout.strip().splitlines()[-1].partition(" ")
     found = ast.literal_eval(found)

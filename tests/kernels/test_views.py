@@ -90,8 +90,9 @@ def _on(device: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 
 def _dense_qkv(device, b=1, h=2, hk=1, nq=19, nk=23, d=24):
-    return _on(device, {"q": _randn(b, h, nq, d, seed=1), "k": _randn(b, hk, nk, d, seed=2),
-                        "v": _randn(b, hk, nk, d, seed=3)})  # fmt: skip
+    return _on(
+        device, {"q": _randn(b, h, nq, d, seed=1), "k": _randn(b, hk, nk, d, seed=2), "v": _randn(b, hk, nk, d, seed=3)}
+    )
 
 
 QKV = ("q", "k", "v")
@@ -123,8 +124,10 @@ def _varlen_tensors(device):
     lens = [5, 0, 11]
     total = sum(lens)
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    t = _on(device, {"q": _randn(total, 2, 16, seed=1), "k": _randn(total, 1, 16, seed=2),
-                     "v": _randn(total, 1, 16, seed=3)})  # fmt: skip
+    t = _on(
+        device,
+        {"q": _randn(total, 2, 16, seed=1), "k": _randn(total, 1, 16, seed=2), "v": _randn(total, 1, 16, seed=3)},
+    )
     return t, cu
 
 
@@ -173,14 +176,20 @@ def _fp8_quantized_case() -> Case:
 
 
 def _on_device(qw, device):
-    moved = {f.name: getattr(qw, f.name).to(device) for f in dataclasses.fields(qw)
-             if isinstance(getattr(qw, f.name), torch.Tensor)}  # fmt: skip
+    moved = {
+        f.name: getattr(qw, f.name).to(device)
+        for f in dataclasses.fields(qw)
+        if isinstance(getattr(qw, f.name), torch.Tensor)
+    }
     moved = dataclasses.replace(qw, **moved)
     if qw.__class__ is wq.W4Weight and qw.scale_zero is not None:  # scales and zeros stay views of scale_zero
         sz = moved.scale_zero
         sdtype = qw.scales.dtype
-        moved = dataclasses.replace(moved, scales=sz.view(torch.int16)[:, 0::2].view(sdtype).t(),
-                                    zeros=sz.view(torch.uint8)[:, 2::4].t() if not qw.symmetric else None)  # fmt: skip
+        moved = dataclasses.replace(
+            moved,
+            scales=sz.view(torch.int16)[:, 0::2].view(sdtype).t(),
+            zeros=sz.view(torch.uint8)[:, 2::4].t() if not qw.symmetric else None,
+        )
     return moved
 
 
@@ -230,8 +239,11 @@ def _grouped_case(fuse: bool) -> Case:
     rows, k, n, e = 37, 24, 20, 4
 
     def build(device):
-        tensors = {"a": _randn(rows, k, seed=1), "b": _randn(e, k, n, scale=0.2, seed=2),
-                   "expert_offsets": torch.tensor([9, 9, 30, rows], dtype=torch.int32)}  # fmt: skip
+        tensors = {
+            "a": _randn(rows, k, seed=1),
+            "b": _randn(e, k, n, scale=0.2, seed=2),
+            "expert_offsets": torch.tensor([9, 9, 30, rows], dtype=torch.int32),
+        }
         if fuse:
             tensors["swiglu_b"] = _randn(e, k, n, scale=0.2, seed=3)
         return grouped_gemm, _on(device, tensors)
@@ -244,9 +256,13 @@ def _moe_ffn_case() -> Case:
     tokens, e, h, f = 13, 4, 24, 20
 
     def build(device):
-        tensors = {"x": _randn(tokens, h, seed=1), "router_logits": _randn(tokens, e, dtype=F32, seed=2),
-                   "w_gate": _randn(e, h, f, scale=0.2, seed=3), "w_up": _randn(e, h, f, scale=0.2, seed=4),
-                   "w_down": _randn(e, f, h, scale=0.2, seed=5)}  # fmt: skip
+        tensors = {
+            "x": _randn(tokens, h, seed=1),
+            "router_logits": _randn(tokens, e, dtype=F32, seed=2),
+            "w_gate": _randn(e, h, f, scale=0.2, seed=3),
+            "w_up": _randn(e, h, f, scale=0.2, seed=4),
+            "w_down": _randn(e, f, h, scale=0.2, seed=5),
+        }
         return (lambda **t: moe_ffn(**t, top_k=2)), _on(device, tensors)
 
     return Case("moe.moe_ffn", ("x", "router_logits", "w_gate", "w_up", "w_down"), build)
@@ -270,8 +286,10 @@ def _routing_cases() -> list[Case]:
 
     def combine(device):
         _, weights, _, plan = routed(device)
-        return (lambda y, weights: routing.combine(y, weights, plan)), {"y": _randn(26, 8, seed=3).to(device),
-                                                                        "weights": weights}  # fmt: skip
+        return (lambda y, weights: routing.combine(y, weights, plan)), {
+            "y": _randn(26, 8, seed=3).to(device),
+            "weights": weights,
+        }
 
     return [
         Case("routing.route", ("router_logits",), route),
@@ -370,8 +388,14 @@ def test_every_layout_of_every_tensor_argument(case_name, arg, layout, device):
         tol = 0.0
         if device == "cuda" and g.is_floating_point():
             tol = GPU_ULPS * torch.finfo(e.dtype).eps * max(e.float().nan_to_num(0.0).abs().max().item(), 1.0)
-        torch.testing.assert_close(g, e, rtol=0, atol=tol, equal_nan=True,
-                                   msg=lambda m, i=i: f"{case_name}: output {i} with {arg} {layout}: {m}")  # fmt: skip
+        torch.testing.assert_close(
+            g,
+            e,
+            rtol=0,
+            atol=tol,
+            equal_nan=True,
+            msg=lambda m, i=i: f"{case_name}: output {i} with {arg} {layout}: {m}",
+        )
 
 
 def test_relayout_makes_the_layouts_it_names():

@@ -519,8 +519,14 @@ def test_gpu_path_compiles(bits, m):
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m)], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SCRIPT, str(bits), str(m)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     found = ast.literal_eval(lines[-1])
@@ -561,8 +567,9 @@ def test_unpack_kernel_compiles_for_sm90():
     if "nvidia" not in triton.backends.backends:
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", _UNPACK_SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _UNPACK_SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     counts = {tuple(line.split()[:2]): int(line.split()[2]) for line in run.stdout.strip().splitlines()}
     assert len(counts) == 6 and all(c > 0 for c in counts.values()), run.stdout

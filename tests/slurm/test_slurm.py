@@ -110,8 +110,17 @@ def test_failing_job_fails_the_workflow_with_its_message(cluster, tmp_path):
     # Ask for H200 results on this GPU-less node. The h200 type maps to the cluster's second partition and
     # requests no GRES (the node has no GPUs), so sbatch accepts the job and the job's GPU check must fail it.
     types = f"gpu_types={{h200: {{partition: {slurm_cluster.GPU_PARTITION}, gres: ''}}}}"
-    r = snakemake("results/h200/environment.json", "--profile", PROFILE, "--configfile", str(MINI),
-                  "--config", "gpus=[h200]", types, cwd=work)  # fmt: skip
+    r = snakemake(
+        "results/h200/environment.json",
+        "--profile",
+        PROFILE,
+        "--configfile",
+        str(MINI),
+        "--config",
+        "gpus=[h200]",
+        types,
+        cwd=work,
+    )
     out = r.stdout + r.stderr
     assert r.returncode != 0, out[-4000:]
     ids = SUBMITTED.findall(out)

@@ -167,10 +167,23 @@ def test_gpu_resource_limit_sets_the_pool_size(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="70,71", KERNELS_GPU_POOL_DIR=str(tmp_path / "pool"))
     for extra, line in (([], "GPU 70 of the pool (70, 71)"), (["--resources", "gpu=1"], "GPU 70 of the pool (70)")):
         r = subprocess.run(
-            [sys.executable, "-m", "snakemake", "results/x100/environment.json", "--cores", "1",
-             "--config", "gpus=[x100]", *extra],
-            cwd=work, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "results/x100/environment.json",
+                "--cores",
+                "1",
+                "--config",
+                "gpus=[x100]",
+                *extra,
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode != 0
         text = log.read_text()
         assert line in text, text
@@ -217,8 +230,7 @@ def test_families_preload_without_starting_cuda():
         "print('preloaded', len(registry.FAMILIES))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().startswith("preloaded")
 

@@ -47,8 +47,15 @@ def rendered(tmp_path_factory):
             if fam.scope == "gpu" and fam.has("figures") and fam.table in tables:
                 pipeline.render_figures(fam.name, tables[fam.table], out / "figures" / g / fam.name)
                 figures.append(out / "figures" / g / fam.name)
-        gpus.append({"slug": g, "source": f"shipped reference results (reports/reference/{g}/)", "tables": tables,
-                     "environment": folder / "environment.json", "figures": figures})  # fmt: skip
+        gpus.append(
+            {
+                "slug": g,
+                "source": f"shipped reference results (reports/reference/{g}/)",
+                "tables": tables,
+                "environment": folder / "environment.json",
+                "figures": figures,
+            }
+        )
         for t, path in tables.items():
             audited.setdefault(t, {})[g] = path
     pipeline.run_audit(audited, out / "verdicts.csv")
@@ -59,11 +66,21 @@ def rendered(tmp_path_factory):
 def dump_dom(html: Path, fragment: str = "", width: int = 1280) -> str:
     """The DOM after load, in a window ``width`` pixels wide, with ``fragment`` appended to the address."""
     args = [
-        browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={html.parent / 'chromium-profile'}", "--virtual-time-budget=15000",
-        f"--window-size={width},900", "--dump-dom", html.as_uri() + fragment,
-    ]  # fmt: skip
+        browser(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={html.parent / 'chromium-profile'}",
+        "--virtual-time-budget=15000",
+        f"--window-size={width},900",
+        "--dump-dom",
+        html.as_uri() + fragment,
+    ]
     r = subprocess.run(args, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout

@@ -86,8 +86,9 @@ def test_what_is_missing_is_installed_at_the_tested_version_and_ci_requires_it_e
 
 def test_conda_environments_pin_the_tested_versions():
     requires_python = SpecifierSet(DATA["project"]["requires-python"])
-    ranges = {n["name"]: SpecifierSet(n["spec"]) for n in requirements.needs("test", gpu=False, ci=True,
-                                                                              version=versions())}  # fmt: skip
+    ranges = {
+        n["name"]: SpecifierSet(n["spec"]) for n in requirements.needs("test", gpu=False, ci=True, version=versions())
+    }
     for name in ("kernels", "analysis"):
         env = yaml.safe_load((ROOT / "envs" / f"{name}.yaml").read_text())
         assert env["name"] == f"kernels-audit-{name}" and "conda-forge" in env["channels"]
@@ -126,8 +127,18 @@ def test_ci_tests_with_the_gpus_versions():
 
 def repo_copy(dest: Path, pyproject: str | None = None) -> Path:
     dest.mkdir()
-    for name in ("Snakefile", "workflow", "kernels", "analysis", "reports", "envs", "tests", "profiles",
-                 "suite", "pyproject.toml"):  # fmt: skip
+    for name in (
+        "Snakefile",
+        "workflow",
+        "kernels",
+        "analysis",
+        "reports",
+        "envs",
+        "tests",
+        "profiles",
+        "suite",
+        "pyproject.toml",
+    ):
         src = ROOT / name
         if src.is_symlink():
             os.symlink(os.readlink(src), dest / name)
@@ -158,8 +169,14 @@ def test_suite_run_reuses_an_interpreter_that_has_everything_without_an_index(tm
     """`./suite run -n` from a python3 whose virtualenv has the requirements: no venv, no install, no index."""
     work = repo_copy(tmp_path / "repo")
     env = offline(Path(sys.executable).parent, SUITE_VENV=str(tmp_path / "venv"))
-    r = subprocess.run(["./suite", "run", "-n", "--config", f"results_dir={tmp_path}/out"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        ["./suite", "run", "-n", "--config", f"results_dir={tmp_path}/out"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "This was a dry-run" in r.stdout
     assert "suite:" not in r.stderr  # nothing missing, nothing said, nothing installed
@@ -198,16 +215,23 @@ def test_suite_installs_only_what_is_missing_on_top_of_the_interpreter(tmp_path)
     tiny_wheel(tmp_path / "wheels", "suite-probe", "1.0")
     venv = tmp_path / "venv"
     env = offline(Path(sys.executable).parent, SUITE_VENV=str(venv), PIP_FIND_LINKS=str(tmp_path / "wheels"))
-    r = subprocess.run(["./suite", "run", "-n", "--config", f"results_dir={tmp_path}/out"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        ["./suite", "run", "-n", "--config", f"results_dir={tmp_path}/out"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "lacks suite-probe==1.0 (not installed)" in r.stderr
     assert "installing into" in r.stderr and r.stderr.count("suite-probe==1.0") == 2  # it says what, once each
     assert "This was a dry-run" in r.stdout
     python = venv / "bin" / "python"
     code = "import suite_probe, torch, numpy; print(suite_probe.__file__); print(torch.__file__); print(numpy.__file__)"
-    probe, torch_file, numpy_file = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                                                   check=True).stdout.split()  # fmt: skip
+    probe, torch_file, numpy_file = subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     import numpy
     import torch
 
@@ -216,8 +240,14 @@ def test_suite_installs_only_what_is_missing_on_top_of_the_interpreter(tmp_path)
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert not (site / "torch").exists() and not list(site.glob("torch-*")) and not (site / "numpy").exists()
     # a second call finds everything and says nothing
-    r = subprocess.run(["./suite", "run", "-n", "--config", f"results_dir={tmp_path}/out"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        ["./suite", "run", "-n", "--config", f"results_dir={tmp_path}/out"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0 and "installing" not in r.stderr, r.stderr[-3000:]
 
 
@@ -237,8 +267,14 @@ def test_offline_with_something_missing_one_message_lists_it(tmp_path):
 
 def test_suite_test_runs_only_the_given_path(tmp_path):
     env = offline(Path(sys.executable).parent, SUITE_VENV=str(tmp_path / "venv"))
-    r = subprocess.run(["./suite", "test", "--collect-only", "-q", "tests/core/test_flops.py"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        ["./suite", "test", "--collect-only", "-q", "tests/core/test_flops.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ids = [line for line in r.stdout.splitlines() if "::" in line]
     assert ids and all(line.startswith("tests/core/test_flops.py::") for line in ids)

@@ -23,8 +23,16 @@ CONFIG = ROOT / "workflow" / "config.yaml"
 
 
 def test_dry_run_cpu_plans_interpreter_checks_and_report(tmp_path):
-    r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", f"results_dir={tmp_path}",
-                  f"report={tmp_path}/report.html")  # fmt: skip
+    r = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "--profile",
+        "workflow/profiles/cpu",
+        "--config",
+        f"results_dir={tmp_path}",
+        f"report={tmp_path}/report.html",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     assert counts["interpreter_check"] == 2 * 4 * 2  # dtypes × head dims × causal of the default config
@@ -35,8 +43,17 @@ def test_dry_run_cpu_plans_interpreter_checks_and_report(tmp_path):
 def test_cpu_profile_measures_nothing_whatever_config_says(tmp_path):
     """The profile's zero GPUs survive --config (a profile's own config entries would be dropped by it),
     even one naming a GPU type."""
-    r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", "gpus=[h200]",
-                  f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
+    r = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "--profile",
+        "workflow/profiles/cpu",
+        "--config",
+        "gpus=[h200]",
+        f"results_dir={tmp_path}",
+        f"report={tmp_path}/report.html",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     assert "benchmark" not in counts and "environment" not in counts
@@ -46,11 +63,20 @@ def test_cpu_profile_measures_nothing_whatever_config_says(tmp_path):
 def test_nested_config_values_keep_their_types(tmp_path):
     """`--config` with nested keys: numbers inside mappings and lists are numbers (the schema refused
     them as strings), and the keys not named keep the config file's values."""
-    nested = ("attention={interpreter_check: {head_dims: [16], seqlens: [33, 65], seqlen_k: [33, 80]}, "
-              "warmup_ms: 12.5}")
+    nested = "attention={interpreter_check: {head_dims: [16], seqlens: [33, 65], seqlen_k: [33, 80]}, warmup_ms: 12.5}"
     types = "gpu_types={h200: {gres: '', partition: gpu}}"  # strings stay strings, the empty one too
-    r = snakemake("-n", "--cores", "1", "--profile", "workflow/profiles/cpu", "--config", nested, types,
-                  f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
+    r = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "--profile",
+        "workflow/profiles/cpu",
+        "--config",
+        nested,
+        types,
+        f"results_dir={tmp_path}",
+        f"report={tmp_path}/report.html",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     assert job_counts(r.stdout)["interpreter_check"] == 2 * 1 * 2  # dtypes and causal from the config file
     assert set(re.findall(r"check=check_\w+_d(\d+)_", r.stdout)) == {"16"}
@@ -67,8 +93,9 @@ def _shards(*configs) -> dict[str, dict[str, dict]]:
 
 
 def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
-    r = snakemake("-n", "--cores", "1", "--config", "gpus=[h200]", f"results_dir={tmp_path}",
-                  f"report={tmp_path}/report.html")  # fmt: skip
+    r = snakemake(
+        "-n", "--cores", "1", "--config", "gpus=[h200]", f"results_dir={tmp_path}", f"report={tmp_path}/report.html"
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     planned = _shards()
@@ -77,13 +104,28 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
         assert _planned_shards(r.stdout, family) == set(shards), family
     shards = planned["attention"]
     per_experiment = Counter(f["experiment"] for f in [*shards.values(), *planned["fp8"].values()])
-    assert per_experiment == {"fa2-setting": 12, "fa1-setting": 1, "gain-surface": 4, "block-sweep": 1,
-                              "rescale-ablation": 1, "memory": 2, "decode": 2, "varlen": 2, "fp8-speed": 2,
-                              "fp8-accuracy": 8, "fa3-ablation": 1, "fp8-ablation": 1}  # fmt: skip
+    assert per_experiment == {
+        "fa2-setting": 12,
+        "fa1-setting": 1,
+        "gain-surface": 4,
+        "block-sweep": 1,
+        "rescale-ablation": 1,
+        "memory": 2,
+        "decode": 2,
+        "varlen": 2,
+        "fp8-speed": 2,
+        "fp8-accuracy": 8,
+        "fa3-ablation": 1,
+        "fp8-ablation": 1,
+    }
     # the forward shards keep the names they had before modes existed (their results are reused)
     assert {"fa2-setting_float16_d128_full", "memory_float16_d128_full"} <= set(shards)
-    assert {"fa2-setting_bfloat16_d128_causal_bwd", "memory_float16_d128_full_fwdbwd",
-            "decode_float16_d128_full_hkv2_q1", "varlen_float16_d128_causal_fwdbwd"} <= set(shards)  # fmt: skip
+    assert {
+        "fa2-setting_bfloat16_d128_causal_bwd",
+        "memory_float16_d128_full_fwdbwd",
+        "decode_float16_d128_full_hkv2_q1",
+        "varlen_float16_d128_causal_fwdbwd",
+    } <= set(shards)
     assert counts["environment"] == 1
     assert counts["collect"] == len({f.table for f in registry.FAMILIES.values() if f.scope == "gpu"})
     assert counts["figures"] == sum(1 for f in registry.FAMILIES.values() if f.scope == "gpu" and f.has("figures"))
@@ -97,8 +139,17 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
 
 def test_full_config_plans_the_bigger_grids(tmp_path):
     full = ROOT / "workflow" / "config-full.yaml"
-    r = snakemake("-n", "--cores", "1", "--configfile", str(full), "--config", "gpus=[h200]",
-                  f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
+    r = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "--configfile",
+        str(full),
+        "--config",
+        "gpus=[h200]",
+        f"results_dir={tmp_path}",
+        f"report={tmp_path}/report.html",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     planned = _shards(full)
     shards = {**planned["attention"], **planned["fp8"]}
@@ -123,8 +174,10 @@ def test_default_budget_is_the_one_quoted_in_the_config():
     assert set(quoted) == {f.name for f in estimated}
     for fam in estimated:
         assert quoted[fam.name] == budget.budget_table(fam, config), fam.name
-    seconds = {name: sum(e["seconds"] for e in budget.budget(registry.family(name), config).values())
-               for name in ("attention", "fp8")}  # fmt: skip
+    seconds = {
+        name: sum(e["seconds"] for e in budget.budget(registry.family(name), config).values())
+        for name in ("attention", "fp8")
+    }
     assert seconds["attention"] <= 400 and seconds["fp8"] <= 150
     assert seconds["attention"] + seconds["fp8"] <= 540
 
@@ -132,8 +185,17 @@ def test_default_budget_is_the_one_quoted_in_the_config():
 def test_disabled_sections_plan_no_jobs_of_theirs(tmp_path):
     off = tmp_path / "off.yaml"
     off.write_text("w4a16: {enabled: false}\nmoe: {enabled: false}\n")
-    r = snakemake("-n", "--cores", "1", "--configfile", str(off), "--config", "gpus=[h200]",
-                  f"results_dir={tmp_path}", f"report={tmp_path}/report.html")  # fmt: skip
+    r = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "--configfile",
+        str(off),
+        "--config",
+        "gpus=[h200]",
+        f"results_dir={tmp_path}",
+        f"report={tmp_path}/report.html",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     assert not _planned_shards(r.stdout, "w4a16") and not _planned_shards(r.stdout, "moe")
     assert f"{tmp_path}/h200/ops.csv" not in r.stdout and f"{tmp_path}/report/h200/moe" not in r.stdout
@@ -142,8 +204,16 @@ def test_disabled_sections_plan_no_jobs_of_theirs(tmp_path):
 def test_gpu_types_map_gpu_jobs_to_the_cluster(tmp_path):
     """Each GPU job gets its type's partition, GRES and constraint; unlisted types get the defaults."""
     types = "gpu_types={h200: {partition: gpu, gres: 'gpu:h200:1', constraint: h200}}"
-    r = snakemake("-n", "--cores", "1", "--config", "gpus=[h200,a100]", types, f"results_dir={tmp_path}",
-                  f"report={tmp_path}/report.html")  # fmt: skip
+    r = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "--config",
+        "gpus=[h200,a100]",
+        types,
+        f"results_dir={tmp_path}",
+        f"report={tmp_path}/report.html",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     jobs = r.stdout.split("\nrule ")
     for rule in ("environment", "benchmark"):
@@ -302,8 +372,16 @@ def test_a_damaged_shipped_set_stops_the_plan(cpu_run):
 
 def test_reference_dir_null_renders_a_report_that_says_so(cpu_run):
     work = cpu_run
-    r = snakemake("--cores", "1", "--configfile", str(MINI), "--config", "reference_dir=null",
-                  "report=results/no-reference.html", cwd=work)  # fmt: skip
+    r = snakemake(
+        "--cores",
+        "1",
+        "--configfile",
+        str(MINI),
+        "--config",
+        "reference_dir=null",
+        "report=results/no-reference.html",
+        cwd=work,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     html = (work / "results" / "no-reference.html").read_text()
     assert "No shipped results are included: the configuration sets reference_dir: null." in html

@@ -8,5 +8,5 @@ import _repo  # noqa: E402,F401  (repository packages on sys.path)
 
 from analysis.pipeline import run_shard, setup_logging  # noqa: E402
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-run_shard(snakemake.params.family, snakemake.params.spec, snakemake.output[0], check=True)  # noqa: F821
+setup_logging(snakemake.log[0])
+run_shard(snakemake.params.family, snakemake.params.spec, snakemake.output[0], check=True)

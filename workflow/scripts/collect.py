@@ -4,6 +4,6 @@ import _repo  # noqa: F401  (repository packages on sys.path)
 
 from analysis.pipeline import collect, setup_logging
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-table = snakemake.params.get("table") or snakemake.wildcards.table  # noqa: F821
-collect(table, list(snakemake.input), snakemake.output[0])  # noqa: F821
+setup_logging(snakemake.log[0])
+table = snakemake.params.get("table") or snakemake.wildcards.table
+collect(table, list(snakemake.input), snakemake.output[0])

@@ -4,5 +4,5 @@ import _repo  # noqa: F401  (repository packages on sys.path)
 
 from analysis.pipeline import render_comparison, setup_logging
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-render_comparison(snakemake.wildcards.family, snakemake.params.tables, snakemake.output[0])  # noqa: F821
+setup_logging(snakemake.log[0])
+render_comparison(snakemake.wildcards.family, snakemake.params.tables, snakemake.output[0])

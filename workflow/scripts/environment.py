@@ -5,7 +5,7 @@ import _repo  # noqa: F401  (repository packages on sys.path)
 
 from analysis.pipeline import record_environment, setup_logging
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-gpu = _gpu_pool.claim(snakemake)  # noqa: F821 (a GPU of its own, before CUDA starts)
+setup_logging(snakemake.log[0])
+gpu = _gpu_pool.claim(snakemake)
 extra = gpu.provenance() if gpu else {}  # how many GPUs of this type the run spreads its jobs over
-record_environment(snakemake.wildcards.gpu, snakemake.output.env, snakemake.output.packages, extra)  # noqa: F821
+record_environment(snakemake.wildcards.gpu, snakemake.output.env, snakemake.output.packages, extra)

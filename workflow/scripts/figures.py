@@ -4,5 +4,5 @@ import _repo  # noqa: F401  (repository packages on sys.path)
 
 from analysis.pipeline import render_figures, setup_logging
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-render_figures(snakemake.wildcards.family, snakemake.input.table, snakemake.output[0])  # noqa: F821
+setup_logging(snakemake.log[0])
+render_figures(snakemake.wildcards.family, snakemake.input.table, snakemake.output[0])

@@ -4,5 +4,5 @@ import _repo  # noqa: F401  (repository packages on sys.path)
 
 from analysis.pipeline import run_shard, setup_logging
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-run_shard(snakemake.wildcards.family, snakemake.params.spec, snakemake.output[0])  # noqa: F821
+setup_logging(snakemake.log[0])
+run_shard(snakemake.wildcards.family, snakemake.params.spec, snakemake.output[0])

@@ -8,6 +8,6 @@ from analysis import summary
 from analysis.core import outputs
 from analysis.pipeline import setup_logging
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-path = Path(snakemake.params.readme)  # noqa: F821
+setup_logging(snakemake.log[0])
+path = Path(snakemake.params.readme)
 outputs.write_text(path, summary.readme(path.read_text(encoding="utf-8"), path.parent))

@@ -7,6 +7,6 @@ import _repo  # noqa: F401  (repository packages on sys.path)
 from analysis import summary
 from analysis.pipeline import setup_logging
 
-setup_logging(snakemake.log[0])  # noqa: F821 (snakemake is injected by the script directive)
-out = Path(snakemake.output[0])  # noqa: F821
+setup_logging(snakemake.log[0])
+out = Path(snakemake.output[0])
 summary.write(out.parent, out)

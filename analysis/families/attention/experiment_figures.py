@@ -219,8 +219,17 @@ def block_sweep(df: pd.DataFrame, out_png) -> pd.DataFrame:
                 else:
                     status = here[here["config"] == cfg]["status"]
                     if len(status):
-                        ax.text(i, 0.02, str(status.iloc[0]), transform=ax.get_xaxis_transform(), rotation=90,
-                                ha="center", va="bottom", fontsize=8, color="#444")  # fmt: skip
+                        ax.text(
+                            i,
+                            0.02,
+                            str(status.iloc[0]),
+                            transform=ax.get_xaxis_transform(),
+                            rotation=90,
+                            ha="center",
+                            va="bottom",
+                            fontsize=8,
+                            color="#444",
+                        )
             ax.set_xticks(x)
             ax.set_xticklabels(configs, rotation=60, ha="right", fontsize=8)
             ax.set_title(

@@ -300,11 +300,24 @@ def gpu_comparison(df: pd.DataFrame, out_png) -> pd.DataFrame:
     palette = dict(zip(gpu_order, sns.color_palette("colorblind", len(gpu_order)), strict=True))
     with theme():
         g = sns.catplot(
-            data=d, kind="bar", x="impl", y="tflops", hue="gpu", col="panel", row="dtype",
-            order=order, hue_order=gpu_order, col_order=list(panels), row_order=dtypes, palette=palette,
-            height=FACET_HEIGHT, aspect=FACET_ASPECT,
-            sharey=True, margin_titles=True, legend_out=True,
-        )  # fmt: skip
+            data=d,
+            kind="bar",
+            x="impl",
+            y="tflops",
+            hue="gpu",
+            col="panel",
+            row="dtype",
+            order=order,
+            hue_order=gpu_order,
+            col_order=list(panels),
+            row_order=dtypes,
+            palette=palette,
+            height=FACET_HEIGHT,
+            aspect=FACET_ASPECT,
+            sharey=True,
+            margin_titles=True,
+            legend_out=True,
+        )
         g.set_titles(row_template="{row_name}", col_template="{col_name}")
         g.set_axis_labels("", "TFLOP/s at the largest N")
         for ax in g.axes.flat:
@@ -314,6 +327,20 @@ def gpu_comparison(df: pd.DataFrame, out_png) -> pd.DataFrame:
         g.figure.suptitle("GPU types side by side: forward throughput, FlashAttention-2 setting", fontweight="bold")
         g.figure.subplots_adjust(top=1 - 0.55 / g.figure.get_figheight())
         save(g.figure, out_png)
-    cols = ["gpu", "gpu_name", "dtype", "head_dim", "causal", "impl", "batch", "heads", "seqlen_q", "ms_median",
-            "tflops", "peak_tflops", "fraction_of_peak", "kernel_config"]  # fmt: skip
+    cols = [
+        "gpu",
+        "gpu_name",
+        "dtype",
+        "head_dim",
+        "causal",
+        "impl",
+        "batch",
+        "heads",
+        "seqlen_q",
+        "ms_median",
+        "tflops",
+        "peak_tflops",
+        "fraction_of_peak",
+        "kernel_config",
+    ]
     return d[cols].sort_values(["dtype", "head_dim", "causal", "impl", "gpu"]).reset_index(drop=True)

@@ -35,8 +35,11 @@ def fa3_util(claim, ctx):
             fp8_peak, _ = dense_peak(gpu, "fp8")
             best8 = fp8_rows["tflops"].max()
             others.append(f"our FP8 kernel {best8:.0f} TFLOP/s = {100 * best8 / fp8_peak:.0f}% of the FP8 peak")
-        what = ("our FlashAttention-3 kernel (Gluon: warp-specialised TMA + WGMMA)" if judged == "ours-fa3" else
-                f"the best 16-bit forward measured ({judged}; our FA-3 kernel has no rows here)")  # fmt: skip
+        what = (
+            "our FlashAttention-3 kernel (Gluon: warp-specialised TMA + WGMMA)"
+            if judged == "ours-fa3"
+            else f"the best 16-bit forward measured ({judged}; our FA-3 kernel has no rows here)"
+        )
         return Verdict(
             judge_range([frac[judged]], lo, hi),
             f"{frac[judged]:.0f}% of peak ({judged}, {best[judged]:.0f} TFLOP/s); " + "; ".join(others),
@@ -46,11 +49,14 @@ def fa3_util(claim, ctx):
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, mode=fwd",
             gpu=gpu,
             unit="% of peak",
-            parts={"utilisation": ([frac[judged]], f"{frac[judged]:.0f}% of the {peak:g} TFLOP/s peak ({judged})"),
-                   "tflops": ([best[judged]], f"{best[judged]:.0f} TFLOP/s ({judged})")},
+            parts={
+                "utilisation": ([frac[judged]], f"{frac[judged]:.0f}% of the {peak:g} TFLOP/s peak ({judged})"),
+                "tflops": ([best[judged]], f"{best[judged]:.0f} TFLOP/s ({judged})"),
+            },
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "forward rows")
+
 
 ABLATED = {
     "ours-fa3-no-warp-specialize": "warp specialisation",

@@ -90,13 +90,21 @@ def fa3_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     variant with one technique switched off, beside our FA-2 and cuDNN, one panel per (head dim, mask, N);
     each bar is labelled with its change against the full schedule at the same point."""
     order = ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"]
-    table = ablation_bars(df, out_png, "fa3-ablation", FA3, order, ABLATION_LABELS,
-                          "FlashAttention-3 ablation: each technique off in turn")  # fmt: skip
+    table = ablation_bars(
+        df,
+        out_png,
+        "fa3-ablation",
+        FA3,
+        order,
+        ABLATION_LABELS,
+        "FlashAttention-3 ablation: each technique off in turn",
+    )
     return table.rename(columns={"full_tflops": "fa3_tflops"})
 
 
-def ablation_bars(df: pd.DataFrame, out_png, experiment: str, full: str, order: list[str], labels: dict[str, str],
-                  heading: str) -> pd.DataFrame:  # fmt: skip
+def ablation_bars(
+    df: pd.DataFrame, out_png, experiment: str, full: str, order: list[str], labels: dict[str, str], heading: str
+) -> pd.DataFrame:
     """An ablation's bars (the rows of ``experiment``): forward TFLOP/s of ``full`` and of every other
     implementation of ``order`` present, one panel per (dtype, head dim, mask, N), each bar labelled with its
     change against ``full`` at the same point (column ``change_pct``; ``full_tflops``)."""
@@ -114,19 +122,32 @@ def ablation_bars(df: pd.DataFrame, out_png, experiment: str, full: str, order: 
         width = max(3.6, 0.55 * len(order) + 1.2)  # per panel: room for every bar's label
         fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.9), squeeze=False, sharey=True)
         for ax, p in zip(axes[0], panels.itertuples(index=False), strict=True):
-            sub = ok[(ok["dtype"] == p.dtype) & (ok["head_dim"] == p.head_dim) & (ok["causal"] == p.causal)
-                     & (ok["seqlen_q"] == p.seqlen_q)].set_index("impl")  # fmt: skip
+            sub = ok[
+                (ok["dtype"] == p.dtype)
+                & (ok["head_dim"] == p.head_dim)
+                & (ok["causal"] == p.causal)
+                & (ok["seqlen_q"] == p.seqlen_q)
+            ].set_index("impl")
             present = [i for i in order if i in sub.index]
             ax.bar(range(len(present)), sub.loc[present, "tflops"], color=[palette[i] for i in present])
             for x, impl in enumerate(present):
                 change = sub.loc[impl, "change_pct"]
                 text = f"{sub.loc[impl, 'tflops']:.0f}" + ("" if impl == full else f"\n{change:+.0f}%")
-                ax.annotate(text, (x, sub.loc[impl, "tflops"]), textcoords="offset points", xytext=(0, 2),
-                            ha="center", va="bottom", fontsize=7)  # fmt: skip
+                ax.annotate(
+                    text,
+                    (x, sub.loc[impl, "tflops"]),
+                    textcoords="offset points",
+                    xytext=(0, 2),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
             ax.set_xticks(range(len(present)))
             ax.set_xticklabels([labels.get(i, i) for i in present], rotation=40, ha="right", fontsize=7.5)
-            ax.set_title(f"{p.dtype}, d={p.head_dim}, {'causal' if p.causal else 'non-causal'}, "
-                         f"N={fmt_n(p.seqlen_q)}", fontsize=9)  # fmt: skip
+            ax.set_title(
+                f"{p.dtype}, d={p.head_dim}, {'causal' if p.causal else 'non-causal'}, N={fmt_n(p.seqlen_q)}",
+                fontsize=9,
+            )
             ax.margins(y=0.18)
         axes[0, 0].set_ylabel("forward TFLOP/s")
         fig.suptitle(title(d, heading), fontweight="bold")

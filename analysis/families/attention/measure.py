@@ -137,12 +137,6 @@ def kernel_config(name: str, mode: str, config: str | None, q: torch.Tensor, k: 
     return ""
 
 
-
-
-
-
-
-
 @dataclasses.dataclass
 class GradGate:
     """Float64 and same-precision gradients of one (batch, head) slice, or why there are none."""
@@ -220,9 +214,10 @@ def run_dense(spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[s
         hk = spec.kv_heads(h)
         base = base_row(spec, prov, timed, batch=b, heads=h, heads_kv=hk, seqlen_q=nq, seqlen_k=nk)
         shape_text = (
-            f"B={b} H={h}" + (f" Hkv={hk}" if hk != h else "")
+            f"B={b} H={h}"
+            + (f" Hkv={hk}" if hk != h else "")
             + f" Nq={nq} Nk={nk} d={spec.head_dim} causal={spec.causal} {spec.dtype} {spec.mode}"
-        )  # fmt: skip
+        )
         try:
             point = Point.build(spec, b, h, hk, nq, nk, dtype, device, gen)
         except Exception as exc:  # inputs or the reference itself do not fit: every impl gets the status
@@ -299,12 +294,26 @@ def base_row(spec: Spec, prov: dict, timed: bool, family: str = "attention", **s
     }
 
 
-
-
 # the metric and telemetry columns of an attention row (NaN where a point does not measure one)
-METRICS = ("ms_median", "ms_p20", "ms_p80", "host_ms", "tflops", "model_bytes", "gbps", "pad_waste", "peak_mem_mib",
-           "max_abs_err", "rms_err", "ref_err", "err_bound", "sm_clock_mhz", "mem_clock_mhz", "temp_c",
-           "power_w")  # fmt: skip
+METRICS = (
+    "ms_median",
+    "ms_p20",
+    "ms_p80",
+    "host_ms",
+    "tflops",
+    "model_bytes",
+    "gbps",
+    "pad_waste",
+    "peak_mem_mib",
+    "max_abs_err",
+    "rms_err",
+    "ref_err",
+    "err_bound",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temp_c",
+    "power_w",
+)
 
 
 def make_row(base: dict, impl: str, status: str, message: str, columns=METRICS, **metrics) -> dict:
@@ -369,9 +378,14 @@ def measure(spec: Spec, impl: str, cfg: str | None, p: Point, base: dict, timed:
         metrics["tflops"] = tflops(flops, metrics["ms_median"])
         if spec.experiment == "decode":
             metrics["model_bytes"] = attention_io_bytes(
-                base["batch"], base["heads"], base["heads_kv"], base["seqlen_q"], base["seqlen_k"], spec.head_dim,
+                base["batch"],
+                base["heads"],
+                base["heads_kv"],
+                base["seqlen_q"],
+                base["seqlen_k"],
+                spec.head_dim,
                 p.q.element_size(),
-            )  # fmt: skip
+            )
             metrics["gbps"] = metrics["model_bytes"] / (metrics["ms_median"] * 1e-3) / 1e9
         return make_row(base, impl, "ok", note, **metrics)
     except Exception as exc:
@@ -380,8 +394,15 @@ def measure(spec: Spec, impl: str, cfg: str | None, p: Point, base: dict, timed:
         return make_row(base, impl, status, message, **metrics)
 
 
-def measure_copy(spec: Spec, parts: tuple[torch.Tensor, ...], base: dict, timed: bool, impl: str = "copy-kv",
-                 message: str = "", columns=METRICS) -> dict:  # fmt: skip
+def measure_copy(
+    spec: Spec,
+    parts: tuple[torch.Tensor, ...],
+    base: dict,
+    timed: bool,
+    impl: str = "copy-kv",
+    message: str = "",
+    columns=METRICS,
+) -> dict:
     """A device copy of the bytes of ``parts`` (one tensor holding them all; the point's K/V for ``copy-kv``):
     the copy bandwidth of this GPU. ``columns``: the metric columns of the caller's rows."""
     metrics: dict = {"model_bytes": 2.0 * sum(t.numel() * t.element_size() for t in parts)}  # read, written once

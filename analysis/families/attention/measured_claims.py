@@ -62,12 +62,16 @@ def exp1_oom_16k(claim, ctx):
             gpu=gpu,
             unit="N",
             parts={
-                "oom": ("holds" if oom_ok else "fails",
-                        f"naive needs {need16 / 1024:.0f} GiB extra at N=16384; fits 80 GB up to N={fits_on_card}"),
-                "scaling": ("holds" if scaling_ok else "fails",
-                            f"memory grows as N^{slope_naive:.2f} (naive), N^{slope_ours:.2f} (ours)"),
+                "oom": (
+                    "holds" if oom_ok else "fails",
+                    f"naive needs {need16 / 1024:.0f} GiB extra at N=16384; fits 80 GB up to N={fits_on_card}",
+                ),
+                "scaling": (
+                    "holds" if scaling_ok else "fails",
+                    f"memory grows as N^{slope_naive:.2f} (naive), N^{slope_ours:.2f} (ours)",
+                ),
                 "faster": ([speed], f"{speed:.1f}× faster at the largest N both finished"),
-            },  # fmt: skip
+            },
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "the memory experiment")
@@ -78,8 +82,15 @@ def exp3_maxdiff(claim, ctx):
     c = claim.conditions
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa2-setting", mode="fwd", dtype=c["dtype"], head_dim=c["d"],
-                                       seqlen_q=c["N"], causal=c["causal"])  # fmt: skip
+        rows = ctx.table(ATTENTION).ok(
+            gpu,
+            experiment="fa2-setting",
+            mode="fwd",
+            dtype=c["dtype"],
+            head_dim=c["d"],
+            seqlen_q=c["N"],
+            causal=c["causal"],
+        )
         ours, flash = rows[rows["impl"] == "ours-fa2"], rows[rows["impl"] == "sdpa-flash"]
         if ours.empty or flash.empty:
             raise Untestable("no finished ours and sdpa-flash rows in that setting")
@@ -118,8 +129,10 @@ def exp4_close(claim, ctx):
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, d=128, causal",
             gpu=gpu,
             unit="×",
-            parts={"vs-naive": (speed, f"{speed.min():.1f}–{speed.max():.1f}× over naive"),
-                   "vs-official": (vs_flash, f"{vs_flash.min():.2f}–{vs_flash.max():.2f}× SDPA flash's speed")},
+            parts={
+                "vs-naive": (speed, f"{speed.min():.1f}–{speed.max():.1f}× over naive"),
+                "vs-official": (vs_flash, f"{vs_flash.min():.2f}–{vs_flash.max():.2f}× SDPA flash's speed"),
+            },
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "FA-2 setting rows")
@@ -187,8 +200,10 @@ def fa1_speed_mem(claim, ctx):
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa1-setting, mode={mode}, impl=naive,ours-fa1,ours-fa2",
             gpu=gpu,
             unit="×",
-            parts={"speed": (s, f"{span(s)} at N ≥ {int(long['seqlen_q'].min())}{at_text}"),
-                   "memory": (m, f"{span(m)} less extra peak memory")},
+            parts={
+                "speed": (s, f"{span(s)} at N ≥ {int(long['seqlen_q'].min())}{at_text}"),
+                "memory": (m, f"{span(m)} less extra peak memory"),
+            },
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "the FA-1 setting experiment")
@@ -304,19 +319,23 @@ def break_even_512(claim, ctx):
 @EVALUATORS("fa1_mfu")
 def fa1_mfu(claim, ctx):
     return fraction_of_peak(
-        ctx, claim, "ours-fa1",
+        ctx,
+        claim,
+        "ours-fa1",
         "our Triton port of Algorithm 1 (O, ℓ, m through HBM at every K/V block)",
-        experiments=("fa2-setting", "fa1-setting"), modes=("fwd", "bwd", "fwd+bwd"),
+        experiments=("fa2-setting", "fa1-setting"),
+        modes=("fwd", "bwd", "fwd+bwd"),
         about="the original CUDA kernel on an A100",
-    )  # fmt: skip
+    )
 
 
 @EVALUATORS("fa2_vs_fa1")
 def fa2_vs_fa1(claim, ctx):
     def one(gpu):
         rows = ctx.table(ATTENTION).ok(gpu, experiment=["fa2-setting", "fa1-setting"])
-        pair = side_by_side(rows, ["experiment", "mode", "dtype", "head_dim", "causal", "seqlen_q", "batch"],
-                     "ours-fa1", "ours-fa2")  # fmt: skip
+        pair = side_by_side(
+            rows, ["experiment", "mode", "dtype", "head_dim", "causal", "seqlen_q", "batch"], "ours-fa1", "ours-fa2"
+        )
         if pair.empty:
             raise Untestable("our FA-1 and FA-2 finished at no common point")
         ratio = pair["ms_median_a"] / pair["ms_median_b"]

@@ -50,10 +50,21 @@ def mem_128k_head(claim, ctx):
     ]
     verdict = "holds" if all(checks) else "partly" if any(checks) else "fails"
     observed = f"{elements:.4g} elements; S {s / GB:.2f} GB; S+P {2 * s / GB:.1f} GB"
-    parts = {"elements": ([elements], f"{elements:.4g} elements"), "s": ([s / GB], f"S {s / GB:.2f} GB"),
-             "s-and-p": ([2 * s / GB], f"S+P {2 * s / GB:.1f} GB")}  # fmt: skip
-    return [Verdict(verdict, observed, "decimal GB (1e9 bytes)", "analysis/core/models.py: score_matrix_bytes(131072)",
-                    unit="GB", parts=parts)]  # fmt: skip
+    parts = {
+        "elements": ([elements], f"{elements:.4g} elements"),
+        "s": ([s / GB], f"S {s / GB:.2f} GB"),
+        "s-and-p": ([2 * s / GB], f"S+P {2 * s / GB:.1f} GB"),
+    }
+    return [
+        Verdict(
+            verdict,
+            observed,
+            "decimal GB (1e9 bytes)",
+            "analysis/core/models.py: score_matrix_bytes(131072)",
+            unit="GB",
+            parts=parts,
+        )
+    ]
 
 
 @EVALUATORS("mem_128k_oom")
@@ -67,8 +78,15 @@ def mem_128k_oom(claim, ctx):
         f"one head's S+P ({one_head:.1f} GB) still fits in {card} GB; the {claim.conditions['heads']} heads of a "
         f"layer ({layer:.0f} GB) do not"
     )
-    return [Verdict(verdict, f"one head {one_head:.1f} GB; 32 heads {layer:.0f} GB", note,
-                    "analysis/core/models.py: score_matrix_bytes", unit="GB")]  # fmt: skip
+    return [
+        Verdict(
+            verdict,
+            f"one head {one_head:.1f} GB; 32 heads {layer:.0f} GB",
+            note,
+            "analysis/core/models.py: score_matrix_bytes",
+            unit="GB",
+        )
+    ]
 
 
 @EVALUATORS("a100_bw")
@@ -78,19 +96,36 @@ def a100_bw(claim, ctx):
         s.fp16_tflops, claim.asserted["also"]["fp16_tflops"], claim.tolerance
     )
     note = "datasheet figures confirmed; the 'effective ≈1.5 TB/s' (74% of peak) needs an A100 to measure"
-    parts = {"peak-bandwidth": ([s.hbm_tbps], f"{s.hbm_tbps:g} TB/s (datasheet)"),
-             "effective-bandwidth": ("untestable", "needs an A100 to measure"),
-             "fp16-peak": ([s.fp16_tflops], f"{s.fp16_tflops:g} TFLOP/s (datasheet)")}  # fmt: skip
-    return [Verdict("holds" if ok else "fails", f"{s.hbm_tbps:g} TB/s; {s.fp16_tflops:g} TFLOP/s", note,
-                    "analysis/core/gpu_specs.yaml: a100-sxm4-80gb", unit="TB/s", parts=parts)]  # fmt: skip
+    parts = {
+        "peak-bandwidth": ([s.hbm_tbps], f"{s.hbm_tbps:g} TB/s (datasheet)"),
+        "effective-bandwidth": ("untestable", "needs an A100 to measure"),
+        "fp16-peak": ([s.fp16_tflops], f"{s.fp16_tflops:g} TFLOP/s (datasheet)"),
+    }
+    return [
+        Verdict(
+            "holds" if ok else "fails",
+            f"{s.hbm_tbps:g} TB/s; {s.fp16_tflops:g} TFLOP/s",
+            note,
+            "analysis/core/gpu_specs.yaml: a100-sxm4-80gb",
+            unit="TB/s",
+            parts=parts,
+        )
+    ]
 
 
 @EVALUATORS("time_128k_hbm")
 def time_128k_hbm(claim, ctx):
     sp = 2 * models.score_matrix_bytes(131072)
     ms = 2 * sp / (claim.conditions["bandwidth_tbps"] * 1e12) * 1e3  # written once, read back once
-    return [Verdict(judge_approx(ms, claim), f"{ms:.1f} ms", "2 × 68.7 GB (write, then read back) at 1.5 TB/s",
-                    "analysis/core/models.py: score_matrix_bytes", unit="ms")]  # fmt: skip
+    return [
+        Verdict(
+            judge_approx(ms, claim),
+            f"{ms:.1f} ms",
+            "2 × 68.7 GB (write, then read back) at 1.5 TB/s",
+            "analysis/core/models.py: score_matrix_bytes",
+            unit="ms",
+        )
+    ]
 
 
 @EVALUATORS("time_128k_compute")
@@ -99,8 +134,15 @@ def time_128k_compute(claim, ctx):
     flops = attention_flops(1, 1, c["N"], c["N"], c["d"])
     ms = flops / (c["peak_tflops"] * 1e12) * 1e3
     note = f"4·N²·d = {flops:.3g} FLOP for one head at 312 TFLOP/s; even one of the two products takes {ms / 2:.1f} ms"
-    return [Verdict(judge_at_most(ms, claim.asserted["at_most"]), f"{ms:.1f} ms", note,
-                    "analysis/core/flops.py: attention_flops", unit="ms")]  # fmt: skip
+    return [
+        Verdict(
+            judge_at_most(ms, claim.asserted["at_most"]),
+            f"{ms:.1f} ms",
+            note,
+            "analysis/core/flops.py: attention_flops",
+            unit="ms",
+        )
+    ]
 
 
 @EVALUATORS("idle_95")
@@ -142,8 +184,15 @@ def idle_95(claim, ctx):
 def incident_16x(claim, ctx):
     c = claim.conditions
     ratio = models.score_matrix_bytes(c["N_to"]) / models.score_matrix_bytes(c["N_from"])
-    return [Verdict(judge_approx(ratio, claim), f"{ratio:g}×", "S and P grow as N²",
-                    "analysis/core/models.py: score_matrix_bytes", unit="×")]  # fmt: skip
+    return [
+        Verdict(
+            judge_approx(ratio, claim),
+            f"{ratio:g}×",
+            "S and P grow as N²",
+            "analysis/core/models.py: score_matrix_bytes",
+            unit="×",
+        )
+    ]
 
 
 @EVALUATORS("incident_rollback")
@@ -179,8 +228,15 @@ def incident_rollback(claim, ctx):
 def std_flops(claim, ctx):
     f = attention_flops(1, 1, 1024, 1024, 64)
     ok = f == 4 * 1024 * 1024 * 64
-    return [Verdict("holds" if ok else "fails", "4N²d", "two N×N×d matrix products of 2N²d FLOPs each",
-                    "analysis/core/flops.py: attention_flops", unit="FLOP")]  # fmt: skip
+    return [
+        Verdict(
+            "holds" if ok else "fails",
+            "4N²d",
+            "two N×N×d matrix products of 2N²d FLOPs each",
+            "analysis/core/flops.py: attention_flops",
+            unit="FLOP",
+        )
+    ]
 
 
 def _intensity(n: int, d: int, n2_coeff: int) -> tuple[float, float, float]:
@@ -203,8 +259,15 @@ def ai_4096(claim, ctx):
         f"arithmetic reproduces with 6N²+8Nd ({traffic6 / MB:.2f} MB, {ai6:.1f} FLOP/B); the per-kernel traffic "
         f"(8N²+8Nd, see std-bytes-formula) gives {traffic8 / MB:.1f} MB and {ai8:.1f} FLOP/B"
     )
-    return [Verdict("partly" if arithmetic else "fails", f"{flops / 1e9:.2f} GFLOP; {ai8:.1f} FLOP/B", note,
-                    "analysis/core/models.py + analysis/core/flops.py", unit="FLOP/B")]  # fmt: skip
+    return [
+        Verdict(
+            "partly" if arithmetic else "fails",
+            f"{flops / 1e9:.2f} GFLOP; {ai8:.1f} FLOP/B",
+            note,
+            "analysis/core/models.py + analysis/core/flops.py",
+            unit="FLOP/B",
+        )
+    ]
 
 
 @EVALUATORS("ai_limit")
@@ -218,8 +281,15 @@ def ai_limit(claim, ctx):
         f"2d/3 follows from 6N² bytes ({lim6[128]:.1f} and {lim6[64]:.1f}); with the per-kernel 8N² it is d/2 "
         f"({lim8[128]:.0f} at d=128, {lim8[64]:.0f} at d=64)"
     )
-    return [Verdict("partly" if arithmetic else "fails", f"d/2: {lim8[128]:.0f} (d=128), {lim8[64]:.0f} (d=64)",
-                    note, "analysis/core/models.py: standard_attention_bytes", unit="FLOP/B")]  # fmt: skip
+    return [
+        Verdict(
+            "partly" if arithmetic else "fails",
+            f"d/2: {lim8[128]:.0f} (d=128), {lim8[64]:.0f} (d=64)",
+            note,
+            "analysis/core/models.py: standard_attention_bytes",
+            unit="FLOP/B",
+        )
+    ]
 
 
 @EVALUATORS("ai_order_d")
@@ -232,16 +302,30 @@ def ai_order_d(claim, ctx):
         "'≈2N² bytes' gives 2d (or d if 2N² counts elements), S1's ai-limit 2d/3, the per-kernel count d/2"
     )
     observed = ", ".join(f"{v:.1f} (d={d})" for d, v in ai.items())
-    return [Verdict("holds" if linear else "fails", observed, note, "analysis/core/models.py: standard_attention_bytes",
-                    unit="FLOP/B")]  # fmt: skip
+    return [
+        Verdict(
+            "holds" if linear else "fails",
+            observed,
+            note,
+            "analysis/core/models.py: standard_attention_bytes",
+            unit="FLOP/B",
+        )
+    ]
 
 
 @EVALUATORS("a100_knee")
 def a100_knee(claim, ctx):
     s = gpus.spec("a100-sxm4-80gb")
     knee = gpus.ridge_point(s, "fp16")
-    return [Verdict(judge_approx(knee, claim), f"{knee:.1f} FLOP/B", f"{s.fp16_tflops:g} / {s.hbm_tbps:g}",
-                    "analysis/core/gpu_specs.yaml: a100-sxm4-80gb", unit="FLOP/B")]  # fmt: skip
+    return [
+        Verdict(
+            judge_approx(knee, claim),
+            f"{knee:.1f} FLOP/B",
+            f"{s.fp16_tflops:g} / {s.hbm_tbps:g}",
+            "analysis/core/gpu_specs.yaml: a100-sxm4-80gb",
+            unit="FLOP/B",
+        )
+    ]
 
 
 @EVALUATORS("tc_bound_55")
@@ -289,8 +373,9 @@ def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes
 
     def one(gpu):
         peak, name = dense_peak(gpu)
-        rows = ctx.table(ATTENTION).ok(gpu, impl=impl, experiment=list(experiments), mode=list(modes),
-                      dtype=["float16", "bfloat16"])  # fmt: skip
+        rows = ctx.table(ATTENTION).ok(
+            gpu, impl=impl, experiment=list(experiments), mode=list(modes), dtype=["float16", "bfloat16"]
+        )
         if rows.empty:
             raise Untestable(f"no finished {impl} rows")
         frac = 100 * rows["tflops"] / peak
@@ -310,9 +395,13 @@ def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment={where}, impl={impl}",
             gpu=gpu,
             unit="% of peak",
-            parts={"utilisation": (frac, f"{frac.min():.0f}–{frac.max():.0f}% of {name}'s peak"),
-                   "tflops": (at_a100, f"{at_a100.min():.0f}–{at_a100.max():.0f} TFLOP/s at the same share of the "
-                                       f"A100's {a100:g}")},
+            parts={
+                "utilisation": (frac, f"{frac.min():.0f}–{frac.max():.0f}% of {name}'s peak"),
+                "tflops": (
+                    at_a100,
+                    f"{at_a100.min():.0f}–{at_a100.max():.0f} TFLOP/s at the same share of the A100's {a100:g}",
+                ),
+            },
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, f"{impl} rows")
@@ -364,8 +453,14 @@ def fa1_blocks(claim, ctx):
         f"the FA-1 paper's Algorithm 1 sets Bc = ⌈M/4d⌉ but Br = min(⌈M/4d⌉, d): at M={m:,} elements, d={d} "
         f"that is Bc={bc}, Br={br}"
     )
-    return [Verdict("holds" if br == bc else "fails", f"Br = min(⌈M/4d⌉, d) = {br}; Bc = {bc}", note,
-                    "analysis/core/models.py: fa1_block_sizes")]  # fmt: skip
+    return [
+        Verdict(
+            "holds" if br == bc else "fails",
+            f"Br = min(⌈M/4d⌉, d) = {br}; Bc = {bc}",
+            note,
+            "analysis/core/models.py: fa1_block_sizes",
+        )
+    ]
 
 
 @EVALUATORS("recompute_flops_a")
@@ -377,10 +472,15 @@ def recompute_flops_a(claim, ctx):
         f"one extra N×N×d product (2N²d) over forward (4N²d) + backward without recomputation (8N²d) = "
         f"{pct:.1f}%; as a share of the recomputing training step {100 * r['share_of_training_step']:.1f}%"
     )
-    analytic = Verdict(judge_range([pct], lo, hi), f"{pct:.1f}%", note,
-                       "analysis/core/models.py: recompute_extra_flops", unit="%")  # fmt: skip
-    measured = on_each_gpu(ctx.table(ATTENTION), lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "increase"),
-                           "our kernel's forward and backward rows", optional=True)  # fmt: skip
+    analytic = Verdict(
+        judge_range([pct], lo, hi), f"{pct:.1f}%", note, "analysis/core/models.py: recompute_extra_flops", unit="%"
+    )
+    measured = on_each_gpu(
+        ctx.table(ATTENTION),
+        lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "increase"),
+        "our kernel's forward and backward rows",
+        optional=True,
+    )
     return [analytic, *measured]
 
 
@@ -395,8 +495,9 @@ def _recompute_time_verdict(ctx: Context, gpu: str, claim: Claim, measure: str) 
     if times.empty:
         raise Untestable("no shape with both forward and backward rows of our kernel")
     # the recomputed product's share of the backward's FLOPs (the model's 1/5), at each shape
-    share = [models.recompute_extra_flops(1, 1, int(n), int(d), bool(c))["share_of_backward"]
-             for _, d, c, n in times.index]  # fmt: skip
+    share = [
+        models.recompute_extra_flops(1, 1, int(n), int(d), bool(c))["share_of_backward"] for _, d, c, n in times.index
+    ]
     recompute = times["bwd"] * share
     values = 100 * (
         recompute / (times["fwd"] + times["bwd"] - recompute)
@@ -437,10 +538,18 @@ def recompute_flops_b(claim, ctx):
         "more than without recomputation), not 25–30%; contradicts recompute-flops-a (S1 §3.3: 15–20%), which "
         "matches the model; 25% is its share of a backward pass without recomputation only"
     )
-    analytic = Verdict(verdict, f"{whole:.1f}% of the whole", note, "analysis/core/models.py: recompute_extra_flops",
-                       unit="%")  # fmt: skip
-    return [analytic, *on_each_gpu(ctx.table(ATTENTION), lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "share"),
-                                 "our kernel's forward and backward rows", optional=True)]  # fmt: skip
+    analytic = Verdict(
+        verdict, f"{whole:.1f}% of the whole", note, "analysis/core/models.py: recompute_extra_flops", unit="%"
+    )
+    return [
+        analytic,
+        *on_each_gpu(
+            ctx.table(ATTENTION),
+            lambda gpu: _recompute_time_verdict(ctx, gpu, claim, "share"),
+            "our kernel's forward and backward rows",
+            optional=True,
+        ),
+    ]
 
 
 @EVALUATORS("mem_64k")
@@ -457,10 +566,20 @@ def mem_64k(claim, ctx):
         f"keeps only the row logsumexp, {lse_kib:.0f} KiB per head (outputs and inputs excluded)"
     )
     verdict = "holds" if ok and ok_fa else "partly" if ok or ok_fa else "fails"
-    parts = {"standard": ([sp_fp32 / 2**30], f"{sp_fp32 / 2**30:.0f} GiB (S and P, fp32, one head)"),
-             "flash": ([lse_kib], f"{lse_kib:.0f} KiB (the row logsumexp, one head)")}  # fmt: skip
-    return [Verdict(verdict, f"{sp_fp32 / 2**30:.0f} GiB → {lse_kib:.0f} KiB", note,
-                    "analysis/core/models.py: score_matrix_bytes", unit="GiB", parts=parts)]  # fmt: skip
+    parts = {
+        "standard": ([sp_fp32 / 2**30], f"{sp_fp32 / 2**30:.0f} GiB (S and P, fp32, one head)"),
+        "flash": ([lse_kib], f"{lse_kib:.0f} KiB (the row logsumexp, one head)"),
+    }
+    return [
+        Verdict(
+            verdict,
+            f"{sp_fp32 / 2**30:.0f} GiB → {lse_kib:.0f} KiB",
+            note,
+            "analysis/core/models.py: score_matrix_bytes",
+            unit="GiB",
+            parts=parts,
+        )
+    ]
 
 
 @EVALUATORS("fa_io_theorem")
@@ -476,8 +595,14 @@ def fa_io_theorem(claim, ctx):
         "holds; the hidden constant is ~12 bytes (Q read + O read + O write)"
     )
     constant = max(ratios) / min(ratios) < 1.1  # Θ(·): the ratio to N²d²/M does not drift with N
-    return [Verdict("holds" if constant else "fails", "traffic / (N²d²/M) = " + ", ".join(f"{r:.1f}" for r in ratios),
-                    note, "analysis/core/models.py: fa1_forward_bytes")]  # fmt: skip
+    return [
+        Verdict(
+            "holds" if constant else "fails",
+            "traffic / (N²d²/M) = " + ", ".join(f"{r:.1f}" for r in ratios),
+            note,
+            "analysis/core/models.py: fa1_forward_bytes",
+        )
+    ]
 
 
 @EVALUATORS("io_ratio_20")
@@ -490,9 +615,15 @@ def io_ratio_20(claim, ctx):
         f"M/d² = {theory:.1f} as stated, but it is an order, not a factor: with Algorithm 1's actual traffic "
         f"(Q read, O read and written per K/V block) the reduction at N={n} is {ratio:.1f}× (→ M/3d² for large N)"
     )
-    return [Verdict(judge_approx(ratio, claim), f"{ratio:.1f}× (M/d² = {theory:.1f})", note,
-                    "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
-                    unit="×")]  # fmt: skip
+    return [
+        Verdict(
+            judge_approx(ratio, claim),
+            f"{ratio:.1f}× (M/d² = {theory:.1f})",
+            note,
+            "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
+            unit="×",
+        )
+    ]
 
 
 def _q2(n: int, d: int, m: int):
@@ -518,9 +649,15 @@ def io_q2_8k(claim, ctx):
         f"{std / full['total']:.2f}×"
     )
     verdict = "inconsistent" if arithmetic else "fails"
-    return [Verdict(verdict, f"{std / q_only['total']:.2f}× (Q-only accounting)", note,
-                    "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
-                    unit="×")]  # fmt: skip
+    return [
+        Verdict(
+            verdict,
+            f"{std / q_only['total']:.2f}× (Q-only accounting)",
+            note,
+            "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
+            unit="×",
+        )
+    ]
 
 
 @EVALUATORS("io_q2_32k")
@@ -533,11 +670,21 @@ def io_q2_32k(claim, ctx):
         f"{q_only['total'] / GB:.2f} GB (article ≈1.2): Tc grows with N, so the Q re-reads grow as N² and the "
         f"ratio stays ≈3×; with Algorithm 1's O traffic {std / full['total']:.2f}×"
     )
-    parts = {"standard": ([std / GB], f"{std / GB:.2f} GB"), "flash": ([q_only["total"] / GB],
-             f"{q_only['total'] / GB:.2f} GB (Q re-read once per K/V block)"), "ratio": ([ratio], f"{ratio:.2f}×")}
-    return [Verdict(judge_approx(ratio, claim), f"{ratio:.2f}×", note,
-                    "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
-                    unit="×", parts=parts)]  # fmt: skip
+    parts = {
+        "standard": ([std / GB], f"{std / GB:.2f} GB"),
+        "flash": ([q_only["total"] / GB], f"{q_only['total'] / GB:.2f} GB (Q re-read once per K/V block)"),
+        "ratio": ([ratio], f"{ratio:.2f}×"),
+    }
+    return [
+        Verdict(
+            judge_approx(ratio, claim),
+            f"{ratio:.2f}×",
+            note,
+            "analysis/core/models.py: standard_attention_total_bytes, fa1_forward_bytes",
+            unit="×",
+            parts=parts,
+        )
+    ]
 
 
 ONLINE_SOFTMAX_NS = (64, 128, 1024, 16384)  # one 64-key block, then 2, 16 and 256 blocks
@@ -669,8 +816,15 @@ def causal_skip_50(claim, ctx):
 @EVALUATORS("h100_peak")
 def h100_peak(claim, ctx):
     s = gpus.spec("h100-sxm5-80gb")
-    return [Verdict(judge_approx(s.fp16_tflops, claim), f"{s.fp16_tflops:g} TFLOP/s", "dense, SXM5",
-                    "analysis/core/gpu_specs.yaml: h100-sxm5-80gb", unit="TFLOP/s")]  # fmt: skip
+    return [
+        Verdict(
+            judge_approx(s.fp16_tflops, claim),
+            f"{s.fp16_tflops:g} TFLOP/s",
+            "dense, SXM5",
+            "analysis/core/gpu_specs.yaml: h100-sxm5-80gb",
+            unit="TFLOP/s",
+        )
+    ]
 
 
 @EVALUATORS("fp32_16x")

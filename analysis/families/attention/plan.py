@@ -221,8 +221,13 @@ def shards(config: dict) -> dict[str, dict]:
     sweep's configurations default to those of the ``traffic`` section)."""
     att = config["attention"]
     out: dict[str, dict] = {}
-    section = {"fa2-setting": "fa2_setting", "fa1-setting": "fa1_setting", "gain-surface": "gain_surface",
-               "block-sweep": "block_sweep", "rescale-ablation": "rescale_ablation"}  # fmt: skip
+    section = {
+        "fa2-setting": "fa2_setting",
+        "fa1-setting": "fa1_setting",
+        "gain-surface": "gain_surface",
+        "block-sweep": "block_sweep",
+        "rescale-ablation": "rescale_ablation",
+    }
 
     def add(name: str, **fields) -> None:
         if name in out:
@@ -237,70 +242,153 @@ def shards(config: dict) -> dict[str, dict]:
                 for dtype in grid["dtypes"]:
                     for d in grid["head_dims"]:
                         for causal in grid["causal"]:
-                            add(shard_name("fa2-setting", dtype, d, causal, mode), experiment="fa2-setting",
-                                dtype=dtype, head_dim=d, causal=causal, mode=mode, seqlens=grid["seqlens"],
-                                impls=grid["impls"], tokens=fa2["tokens"], hidden=fa2["hidden"],
-                                **_timing(att, fa2))  # fmt: skip
+                            add(
+                                shard_name("fa2-setting", dtype, d, causal, mode),
+                                experiment="fa2-setting",
+                                dtype=dtype,
+                                head_dim=d,
+                                causal=causal,
+                                mode=mode,
+                                seqlens=grid["seqlens"],
+                                impls=grid["impls"],
+                                tokens=fa2["tokens"],
+                                hidden=fa2["hidden"],
+                                **_timing(att, fa2),
+                            )
     fa1 = att["fa1_setting"]
     if fa1["enabled"]:
         for mode in fa1["modes"]:
-            add(shard_name("fa1-setting", fa1["dtype"], fa1["head_dim"], fa1["causal"], mode),
-                experiment="fa1-setting", dtype=fa1["dtype"], head_dim=fa1["head_dim"], causal=fa1["causal"],
-                mode=mode, seqlens=fa1["seqlens"], impls=fa1["impls"], batch=fa1["batch"], heads=fa1["heads"],
-                **_timing(att, fa1))  # fmt: skip
+            add(
+                shard_name("fa1-setting", fa1["dtype"], fa1["head_dim"], fa1["causal"], mode),
+                experiment="fa1-setting",
+                dtype=fa1["dtype"],
+                head_dim=fa1["head_dim"],
+                causal=fa1["causal"],
+                mode=mode,
+                seqlens=fa1["seqlens"],
+                impls=fa1["impls"],
+                batch=fa1["batch"],
+                heads=fa1["heads"],
+                **_timing(att, fa1),
+            )
     gain = att["gain_surface"]
     if gain["enabled"]:
         for mode in gain["modes"]:
             for d in gain["head_dims"]:
-                add(shard_name("gain-surface", gain["dtype"], d, gain["causal"], mode), experiment="gain-surface",
-                    dtype=gain["dtype"], head_dim=d, causal=gain["causal"], mode=mode, seqlens=gain["seqlens"],
-                    impls=gain["impls"], tokens=gain["tokens"], heads=gain["heads"], **_timing(att, gain))  # fmt: skip
+                add(
+                    shard_name("gain-surface", gain["dtype"], d, gain["causal"], mode),
+                    experiment="gain-surface",
+                    dtype=gain["dtype"],
+                    head_dim=d,
+                    causal=gain["causal"],
+                    mode=mode,
+                    seqlens=gain["seqlens"],
+                    impls=gain["impls"],
+                    tokens=gain["tokens"],
+                    heads=gain["heads"],
+                    **_timing(att, gain),
+                )
     sweep = att["block_sweep"]
     traffic_configs = ((config.get("traffic") or {}).get("block_sweep") or {}).get("configs")
     configs = sweep["configs"] if sweep["configs"] is not None else traffic_configs
     if sweep["enabled"] and configs:
         for d in sweep["head_dims"]:
-            add(shard_name("block-sweep", sweep["dtype"], d, sweep["causal"]), experiment="block-sweep",
-                dtype=sweep["dtype"], head_dim=d, causal=sweep["causal"], seqlens=sweep["seqlens"],
-                impls=["ours-fa2"], configs=list(configs), tokens=sweep["tokens"], heads=sweep["heads"],
-                **_timing(att, sweep))  # fmt: skip
+            add(
+                shard_name("block-sweep", sweep["dtype"], d, sweep["causal"]),
+                experiment="block-sweep",
+                dtype=sweep["dtype"],
+                head_dim=d,
+                causal=sweep["causal"],
+                seqlens=sweep["seqlens"],
+                impls=["ours-fa2"],
+                configs=list(configs),
+                tokens=sweep["tokens"],
+                heads=sweep["heads"],
+                **_timing(att, sweep),
+            )
     resc = att["rescale_ablation"]
     if resc["enabled"]:
         for dtype in resc["dtypes"]:
             for d in resc["head_dims"]:
                 for causal in resc["causal"]:
-                    add(shard_name("rescale-ablation", dtype, d, causal), experiment="rescale-ablation",
-                        dtype=dtype, head_dim=d, causal=causal, seqlens=resc["seqlens"], impls=resc["impls"],
-                        tokens=resc["tokens"], hidden=resc["hidden"], **_timing(att, resc))  # fmt: skip
+                    add(
+                        shard_name("rescale-ablation", dtype, d, causal),
+                        experiment="rescale-ablation",
+                        dtype=dtype,
+                        head_dim=d,
+                        causal=causal,
+                        seqlens=resc["seqlens"],
+                        impls=resc["impls"],
+                        tokens=resc["tokens"],
+                        hidden=resc["hidden"],
+                        **_timing(att, resc),
+                    )
     mem = att["memory"]
     if mem.get("enabled", True):
         for mode in mem["modes"]:
-            add(shard_name("memory", mem["dtype"], mem["head_dim"], mem["causal"], mode), experiment="memory",
-                dtype=mem["dtype"], head_dim=mem["head_dim"], causal=mem["causal"], mode=mode,
-                seqlens=mem["seqlens"] if mode == "fwd" else mem["backward_seqlens"], impls=mem["impls"],
-                batch=mem["batch"], heads=mem["heads"], **_timing(att, mem))  # fmt: skip
+            add(
+                shard_name("memory", mem["dtype"], mem["head_dim"], mem["causal"], mode),
+                experiment="memory",
+                dtype=mem["dtype"],
+                head_dim=mem["head_dim"],
+                causal=mem["causal"],
+                mode=mode,
+                seqlens=mem["seqlens"] if mode == "fwd" else mem["backward_seqlens"],
+                impls=mem["impls"],
+                batch=mem["batch"],
+                heads=mem["heads"],
+                **_timing(att, mem),
+            )
     dec = att["decode"]
     if dec["enabled"]:
         for hk in dec["heads_kv"]:
             for nq in dec["query_lens"]:
-                add(shard_name("decode", dec["dtype"], dec["head_dim"], dec["causal"], extra=f"_hkv{hk}_q{nq}"),
-                    experiment="decode", dtype=dec["dtype"], head_dim=dec["head_dim"], causal=dec["causal"],
-                    seqlens=[nq] * len(dec["seqlens_k"]), seqlen_k=dec["seqlens_k"], impls=dec["impls"],
-                    batch=dec["batch"], heads=dec["heads"], heads_kv=hk, **_timing(att, dec))  # fmt: skip
+                add(
+                    shard_name("decode", dec["dtype"], dec["head_dim"], dec["causal"], extra=f"_hkv{hk}_q{nq}"),
+                    experiment="decode",
+                    dtype=dec["dtype"],
+                    head_dim=dec["head_dim"],
+                    causal=dec["causal"],
+                    seqlens=[nq] * len(dec["seqlens_k"]),
+                    seqlen_k=dec["seqlens_k"],
+                    impls=dec["impls"],
+                    batch=dec["batch"],
+                    heads=dec["heads"],
+                    heads_kv=hk,
+                    **_timing(att, dec),
+                )
     abl = att["fa3_ablation"]
     if abl["enabled"]:
         for d in abl["head_dims"]:
             for causal in abl["causal"]:
-                add(shard_name("fa3-ablation", abl["dtype"], d, causal), experiment="fa3-ablation", dtype=abl["dtype"],
-                    head_dim=d, causal=causal, seqlens=abl["seqlens"], impls=abl["impls"], tokens=abl["tokens"],
-                    hidden=abl["hidden"], **_timing(att, abl))  # fmt: skip
+                add(
+                    shard_name("fa3-ablation", abl["dtype"], d, causal),
+                    experiment="fa3-ablation",
+                    dtype=abl["dtype"],
+                    head_dim=d,
+                    causal=causal,
+                    seqlens=abl["seqlens"],
+                    impls=abl["impls"],
+                    tokens=abl["tokens"],
+                    hidden=abl["hidden"],
+                    **_timing(att, abl),
+                )
     var = att["varlen"]
     if var["enabled"]:
         for mode in var["modes"]:
             for causal in var["causal"]:
-                add(shard_name("varlen", var["dtype"], var["head_dim"], causal, mode), experiment="varlen",
-                    dtype=var["dtype"], head_dim=var["head_dim"], causal=causal, mode=mode, seqlens=var["seqlens"],
-                    impls=var["impls"], heads=var["heads"], **_timing(att, var))  # fmt: skip
+                add(
+                    shard_name("varlen", var["dtype"], var["head_dim"], causal, mode),
+                    experiment="varlen",
+                    dtype=var["dtype"],
+                    head_dim=var["head_dim"],
+                    causal=causal,
+                    mode=mode,
+                    seqlens=var["seqlens"],
+                    impls=var["impls"],
+                    heads=var["heads"],
+                    **_timing(att, var),
+                )
     return out
 
 
@@ -315,9 +403,18 @@ def checks(config: dict) -> dict[str, dict]:
         for d in c["head_dims"]:
             for causal in c["causal"]:
                 name = f"check_{dtype}_d{d}_{_flag(causal)}"
-                fields = dict(experiment="interpreter-check", dtype=dtype, head_dim=d, causal=causal,
-                              seqlens=c["seqlens"], seqlen_k=c["seqlen_k"], batch=c["batch"], heads=c["heads"],
-                              impls=["ours-fa2"], check_rows=att["check_rows"])  # fmt: skip
+                fields = dict(
+                    experiment="interpreter-check",
+                    dtype=dtype,
+                    head_dim=d,
+                    causal=causal,
+                    seqlens=c["seqlens"],
+                    seqlen_k=c["seqlen_k"],
+                    batch=c["batch"],
+                    heads=c["heads"],
+                    impls=["ours-fa2"],
+                    check_rows=att["check_rows"],
+                )
                 out[name] = checked("attention.interpreter_check", name, fields)
     return out
 
@@ -366,8 +463,7 @@ def seconds_of(s: Spec, nominal: dict = NOMINAL_TFLOPS) -> float:
     """Planned seconds of one shard's spec on an H200 (module docstring: an estimate, not a measurement)."""
     total = SHARD_S
     if s.experiment == "varlen":
-        flops = attention_flops(len(s.seqlens), s.heads, max(s.seqlens), max(s.seqlens), s.head_dim, s.causal,
-                                s.mode)  # fmt: skip
+        flops = attention_flops(len(s.seqlens), s.heads, max(s.seqlens), max(s.seqlens), s.head_dim, s.causal, s.mode)
         return total + sum(_point_seconds(s, impl, False, flops, nominal) for impl in s.impls)
     for i in range(len(s.seqlens)):
         b, h, nq, nk = s.shape(i)

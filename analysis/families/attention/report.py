@@ -64,12 +64,17 @@ def summary_tables(tables: dict[str, pd.DataFrame]) -> list[dict]:
     if table is None or table.empty:
         return []
     present = set(table.loc[table["experiment"] == "fa2-setting", "mode"].dropna())
-    text = ("Best {mode} TFLOP/s per implementation at the largest N measured in each FlashAttention-2 setting "
-            "(batch×N and hidden size fixed), and ours divided by sdpa-flash and by sdpa-cudnn there. A dash "
-            "means that implementation has no finished, timed row at that N; see the failures below.")  # fmt: skip
+    text = (
+        "Best {mode} TFLOP/s per implementation at the largest N measured in each FlashAttention-2 setting "
+        "(batch×N and hidden size fixed), and ours divided by sdpa-flash and by sdpa-cudnn there. A dash "
+        "means that implementation has no finished, timed row at that N; see the failures below."
+    )
     return [
-        {"title": f"{MODE_TEXT[m].capitalize()} throughput at the largest sequence length",
-         "text": text.format(mode=m), "table": throughput_summary(table, m)}
+        {
+            "title": f"{MODE_TEXT[m].capitalize()} throughput at the largest sequence length",
+            "text": text.format(mode=m),
+            "table": throughput_summary(table, m),
+        }
         for m in MODE_TEXT
         if m in present or m == "fwd"
-    ]  # fmt: skip
+    ]

@@ -12,8 +12,9 @@ from analysis.families.attention.plan import Spec
 log = logging.getLogger(__name__)
 
 
-def run(spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info,
-        files=None) -> list[dict]:  # fmt: skip
+def run(
+    spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info, files=None
+) -> list[dict]:
     """Measure every point of ``spec``; rows of the attention table (``files`` is not used)."""
     if spec.experiment == "varlen":
         return varlen.run(spec, env, device, log_line)

@@ -43,8 +43,9 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
         for causal in (False, True):
             r = _ratios(bwd[bwd["causal"].astype(str) == str(causal)], "ours-fa2", "sdpa-flash", keys)
             mask = "causal" if causal else "non-causal"
-            out.append(Line(f"FA-2 backward vs SDPA flash, {mask} (d = 128, N ≥ {LONG})", span(r), "≥ 1.2×",
-                            met(r >= 1.2)))  # fmt: skip
+            out.append(
+                Line(f"FA-2 backward vs SDPA flash, {mask} (d = 128, N ≥ {LONG})", span(r), "≥ 1.2×", met(r >= 1.2))
+            )
         r = _ratios(bwd, "ours-fa2", "sdpa-cudnn", keys)
         out.append(Line(f"FA-2 backward vs SDPA cuDNN (d = 128, N ≥ {LONG})", span(r), "≥ 1×", met(r >= 1.0)))
     out += _decode(df)
@@ -53,10 +54,18 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
         peak = mem.groupby("impl")["peak_mem_mib"].max()
         if "ours-fa2" in peak:
             sdpa = [peak[i] for i in ("sdpa-flash", "sdpa-cudnn") if i in peak]
-            text = f"{peak['ours-fa2']:.0f} MiB (SDPA flash {peak.get('sdpa-flash', float('nan')):.0f}, cuDNN " \
-                   f"{peak.get('sdpa-cudnn', float('nan')):.0f})"  # fmt: skip
-            out.append(Line("extra peak memory of forward + backward, B = 1, H = 16, N = 32K", text, "≤ 1.1× SDPA",
-                            met([peak["ours-fa2"] <= 1.1 * min(sdpa)]) if sdpa else ""))  # fmt: skip
+            text = (
+                f"{peak['ours-fa2']:.0f} MiB (SDPA flash {peak.get('sdpa-flash', float('nan')):.0f}, cuDNN "
+                f"{peak.get('sdpa-cudnn', float('nan')):.0f})"
+            )
+            out.append(
+                Line(
+                    "extra peak memory of forward + backward, B = 1, H = 16, N = 32K",
+                    text,
+                    "≤ 1.1× SDPA",
+                    met([peak["ours-fa2"] <= 1.1 * min(sdpa)]) if sdpa else "",
+                )
+            )
     return out
 
 
@@ -71,11 +80,23 @@ def _decode(df: pd.DataFrame | None) -> list[Line]:
     if {"ours-decode", "ours-decode-unsplit"} <= set(ms.columns):
         speed = {n: ms.loc[n, "ours-decode-unsplit"] / ms.loc[n, "ours-decode"] for n in long}
         text = ", ".join(f"{v:.1f}× at {kilo(n)}" for n, v in speed.items())
-        out.append(Line(f"split-KV decoding vs our unsplit kernel (B = 1, 16 heads, K/V ≥ {kilo(DECODE_LONG)})", text,
-                        "≥ 5×", met(v >= 5 for v in speed.values())))  # fmt: skip
+        out.append(
+            Line(
+                f"split-KV decoding vs our unsplit kernel (B = 1, 16 heads, K/V ≥ {kilo(DECODE_LONG)})",
+                text,
+                "≥ 5×",
+                met(v >= 5 for v in speed.values()),
+            )
+        )
     if {"ours-decode", "copy-kv"} <= set(gbps.columns):
         share = {n: gbps.loc[n, "ours-decode"] / gbps.loc[n, "copy-kv"] for n in long}
         text = ", ".join(f"{100 * v:.0f}% at {kilo(n)}" for n, v in share.items())
-        out.append(Line("decoding bandwidth / measured copy bandwidth (same K/V)", text, "≥ 60%",
-                        met(v >= 0.6 for v in share.values())))  # fmt: skip
+        out.append(
+            Line(
+                "decoding bandwidth / measured copy bandwidth (same K/V)",
+                text,
+                "≥ 60%",
+                met(v >= 0.6 for v in share.values()),
+            )
+        )
     return out

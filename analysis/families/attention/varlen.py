@@ -152,8 +152,12 @@ def _implementation(impl: str, batch: _Batch):
             return fa2.attention_varlen(q, k, v, batch.cu, batch.cu, batch.nmax, batch.nmax, causal=causal)
 
         n0 = batch.lengths[0]
-        return ((batch.q, batch.k, batch.v, batch.do), fn, batch.sampled_packed,
-                lambda g: tuple(t[:n0, :1].transpose(0, 1)[None] for t in g))  # fmt: skip
+        return (
+            (batch.q, batch.k, batch.v, batch.do),
+            fn,
+            batch.sampled_packed,
+            lambda g: tuple(t[:n0, :1].transpose(0, 1)[None] for t in g),
+        )
     padded = (batch.qp, batch.kp, batch.vp, batch.dop)
     if impl == "ours-fa2-padded":
         from kernels.attention import fa2
@@ -183,12 +187,20 @@ def run(spec: Spec, env: dict, device: str, log_line: Callable[[str], None]) -> 
     lengths = [int(n) for n in spec.seqlens]
     useful, padded = useful_and_padded_flops(lengths, spec.heads, spec.head_dim, spec.causal, spec.mode)
     base = att.base_row(
-        spec, row_provenance(env), True, batch=len(lengths), heads=spec.heads, heads_kv=spec.heads,
-        seqlen_q=max(lengths), seqlen_k=max(lengths),
-    )  # fmt: skip
+        spec,
+        row_provenance(env),
+        True,
+        batch=len(lengths),
+        heads=spec.heads,
+        heads_kv=spec.heads,
+        seqlen_q=max(lengths),
+        seqlen_k=max(lengths),
+    )
     base.update(tokens=sum(lengths), pad_waste=1.0 - useful / padded)
-    text = (f"{len(lengths)} sequences, {sum(lengths)} tokens (longest {max(lengths)}) H={spec.heads} "
-            f"d={spec.head_dim} causal={spec.causal} {spec.dtype} {spec.mode}")  # fmt: skip
+    text = (
+        f"{len(lengths)} sequences, {sum(lengths)} tokens (longest {max(lengths)}) H={spec.heads} "
+        f"d={spec.head_dim} causal={spec.causal} {spec.dtype} {spec.mode}"
+    )
     progress = harness.Progress(spec.points(), log_line)
     rows = []
     try:

@@ -109,8 +109,15 @@ def tma_issue_slots(claim: Claim, ctx: Context) -> list[Verdict]:
     for d in sorted({h for h, _ in rows.index}):
         if (d, "fa3") in rows.index and (d, "no-tma") in rows.index:
             tma, cp = rows.loc[(d, "fa3")], rows.loc[(d, "no-tma")]
-            found.append((d, tma["load_loop_instructions"], cp["load_loop_instructions"], tma["load_loop_tma"],
-                          cp["load_loop_thread_loads"]))  # fmt: skip
+            found.append(
+                (
+                    d,
+                    tma["load_loop_instructions"],
+                    cp["load_loop_instructions"],
+                    tma["load_loop_tma"],
+                    cp["load_loop_thread_loads"],
+                )
+            )
     if not found:
         raise Untestable("the compiled-kernel table lacks the TMA or the cp.async variant of the FA-3 kernel")
     ratios = [cp / tma for _, tma, cp, _, _ in found]

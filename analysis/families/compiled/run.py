@@ -36,8 +36,9 @@ FA2_TILE = "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=3"
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 
 
-def fa3_kernel(head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", producer_regs: int | None = None,
-               fp8: bool = False):  # fmt: skip
+def fa3_kernel(
+    head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", producer_regs: int | None = None, fp8: bool = False
+):
     """The FA-3 kernel variant compiled for sm_90 (its default tiles for the head dim); ``fp8``: e4m3 inputs
     (``dtype`` is then the output's)."""
     import torch
@@ -48,8 +49,9 @@ def fa3_kernel(head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", p
 
     sched = fa3.schedule_of(schedule)
     config = fa3.default_config(head_dim, fp8)
-    constexprs, options = fa3.kernel_specialisation(config, sched, causal, head_dim, producer_regs, fp8=fp8,
-                                                    p_scale=256.0)  # fmt: skip
+    constexprs, options = fa3.kernel_specialisation(
+        config, sched, causal, head_dim, producer_regs, fp8=fp8, p_scale=256.0
+    )
     out_name, out_gl = _DTYPES[dtype], fa3.gl_dtype(getattr(torch, dtype))
     name, gdt = ("fp8e4nv", gl.float8e4nv) if fp8 else (out_name, out_gl)
 
@@ -59,10 +61,20 @@ def fa3_kernel(head_dim: int, dtype: str, causal: bool, schedule: str = "fa3", p
 
     rows = fa3.q_tile_rows(config, sched)
     v_tile = (head_dim, config.block_n) if fp8 else (config.block_n, head_dim)
-    kinds = {"q_desc": desc(rows, head_dim, name, gdt), "o_desc": desc(rows, head_dim, out_name, out_gl),
-             "k_desc": desc(config.block_n, head_dim, name, gdt), "v_desc": desc(*v_tile, name, gdt),
-             "q_ptr": f"*{name}", "k_ptr": f"*{name}", "v_ptr": f"*{name}", "lse_ptr": "*fp32", "qs_ptr": "*fp32",
-             "ks_ptr": "*fp32", "vs_ptr": "*fp32", "qk_scale": "fp32"}  # fmt: skip
+    kinds = {
+        "q_desc": desc(rows, head_dim, name, gdt),
+        "o_desc": desc(rows, head_dim, out_name, out_gl),
+        "k_desc": desc(config.block_n, head_dim, name, gdt),
+        "v_desc": desc(*v_tile, name, gdt),
+        "q_ptr": f"*{name}",
+        "k_ptr": f"*{name}",
+        "v_ptr": f"*{name}",
+        "lse_ptr": "*fp32",
+        "qs_ptr": "*fp32",
+        "ks_ptr": "*fp32",
+        "vs_ptr": "*fp32",
+        "qk_scale": "fp32",
+    }
     return sass.compile_kernel(_fa3_fwd_kernel, kinds, constexprs, 90, options, gluon=True), config
 
 
@@ -73,28 +85,86 @@ def fa2_kernel(head_dim: int, dtype: str, causal: bool, capability: int, tile: s
 
     cfg = fa2.FA2Config.parse(tile)
     name = _DTYPES[dtype]
-    constexprs = dict(CU_Q=None, CU_K=None, stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1, HEAD_DIM=head_dim,
-                      BLOCK_D=head_dim, IS_CAUSAL=causal, IS_FP32=False, IS_VARLEN=False, EAGER_RESCALE=False,
-                      EVEN_M=True, EVEN_N=True, EVEN_D=True, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n)  # fmt: skip
+    constexprs = dict(
+        CU_Q=None,
+        CU_K=None,
+        stride_qd=1,
+        stride_kd=1,
+        stride_vd=1,
+        stride_od=1,
+        HEAD_DIM=head_dim,
+        BLOCK_D=head_dim,
+        IS_CAUSAL=causal,
+        IS_FP32=False,
+        IS_VARLEN=False,
+        EAGER_RESCALE=False,
+        EVEN_M=True,
+        EVEN_N=True,
+        EVEN_D=True,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+    )
     kinds = {"Q": f"*{name}", "K": f"*{name}", "V": f"*{name}", "Out": f"*{name}", "LSE": "*fp32", "sm_scale": "fp32"}
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return sass.compile_kernel(_attn_fwd_kernel, kinds, constexprs, capability, options), cfg
 
 
-def _row(experiment: str, kernel: str, target: str, head_dim: int, dtype: str, causal: bool, variant: str,
-         compiled, tile_m: int, tile_n: int, **extra) -> dict:  # fmt: skip
+def _row(
+    experiment: str,
+    kernel: str,
+    target: str,
+    head_dim: int,
+    dtype: str,
+    causal: bool,
+    variant: str,
+    compiled,
+    tile_m: int,
+    tile_n: int,
+    **extra,
+) -> dict:
     facts = sass.summary(sass.read(compiled.asm["cubin"]), compiled.metadata.shared)
-    return {"experiment": experiment, "kernel": kernel, "target": target, "head_dim": head_dim, "dtype": dtype,
-            "causal": causal, "variant": variant, "tile_m": tile_m, "tile_n": tile_n, **extra, **facts,
-            "status": "ok", "message": "", "timestamp": now_utc()}  # fmt: skip
+    return {
+        "experiment": experiment,
+        "kernel": kernel,
+        "target": target,
+        "head_dim": head_dim,
+        "dtype": dtype,
+        "causal": causal,
+        "variant": variant,
+        "tile_m": tile_m,
+        "tile_n": tile_n,
+        **extra,
+        **facts,
+        "status": "ok",
+        "message": "",
+        "timestamp": now_utc(),
+    }
 
 
-def _failed(experiment: str, kernel: str, target: str, head_dim: int, dtype: str, causal: bool, variant: str,
-            exc: Exception, **extra) -> dict:  # fmt: skip
-    return {"experiment": experiment, "kernel": kernel, "target": target, "head_dim": head_dim, "dtype": dtype,
-            "causal": causal, "variant": variant, **extra, "status": "error",
-            "message": f"{type(exc).__name__}: {str(exc).splitlines()[-1][:300] if str(exc) else ''}",
-            "timestamp": now_utc()}  # fmt: skip
+def _failed(
+    experiment: str,
+    kernel: str,
+    target: str,
+    head_dim: int,
+    dtype: str,
+    causal: bool,
+    variant: str,
+    exc: Exception,
+    **extra,
+) -> dict:
+    return {
+        "experiment": experiment,
+        "kernel": kernel,
+        "target": target,
+        "head_dim": head_dim,
+        "dtype": dtype,
+        "causal": causal,
+        "variant": variant,
+        **extra,
+        "status": "error",
+        "message": f"{type(exc).__name__}: {str(exc).splitlines()[-1][:300] if str(exc) else ''}",
+        "timestamp": now_utc(),
+    }
 
 
 def run_job(job: tuple) -> dict:
@@ -137,13 +207,27 @@ def _run_in_process(job: tuple) -> dict:
 
     root = str(ROOT)
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "analysis.families.compiled.run", json.dumps(job)], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis.families.compiled.run", json.dumps(job)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        return _failed(job[0], "fa2" if job[0] == "mma-issue" else "fa3", job[4] if job[0] == "mma-issue" else "sm_90",
-                       job[1], job[2], job[3], job[4], RuntimeError(done.stderr.strip()[-300:] or "no output"),
-                       **({"producer_regs": job[5]} if job[5] is not None else {}))  # fmt: skip
+        return _failed(
+            job[0],
+            "fa2" if job[0] == "mma-issue" else "fa3",
+            job[4] if job[0] == "mma-issue" else "sm_90",
+            job[1],
+            job[2],
+            job[3],
+            job[4],
+            RuntimeError(done.stderr.strip()[-300:] or "no output"),
+            **({"producer_regs": job[5]} if job[5] is not None else {}),
+        )
     return json.loads(lines[-1])
 
 

@@ -92,8 +92,15 @@ def count(opcodes: collections.Counter, kind: str) -> int:
     return sum(opcodes.get(op, 0) for op in CLASSES[kind])
 
 
-def compile_kernel(fn, kinds: dict[str, str], constexprs: dict, capability: int, options: dict, gluon: bool = False,
-                   aligned: tuple[str, ...] = ()):  # fmt: skip
+def compile_kernel(
+    fn,
+    kinds: dict[str, str],
+    constexprs: dict,
+    capability: int,
+    options: dict,
+    gluon: bool = False,
+    aligned: tuple[str, ...] = (),
+):
     """Compile a ``@triton.jit`` (or ``@gluon.jit``) function for ``sm_<capability>`` without a GPU.
 
     ``kinds`` gives the signature type of the non-constexpr arguments that are not plain ints (``"*fp16"``,
@@ -137,8 +144,9 @@ def read(cubin: bytes) -> Kernel:
         f.write(cubin)
         f.flush()
         sass = subprocess.run([cuobjdump(), "--dump-sass", f.name], capture_output=True, text=True, check=True).stdout
-        usage = subprocess.run([cuobjdump(), "--dump-resource-usage", f.name], capture_output=True, text=True,
-                               check=True).stdout  # fmt: skip
+        usage = subprocess.run(
+            [cuobjdump(), "--dump-resource-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", usage)
     if not m:
         raise ValueError(f"cuobjdump printed no resource usage: {usage[:300]!r}")
@@ -150,8 +158,11 @@ def read(cubin: bytes) -> Kernel:
 
 def summary(kernel: Kernel, dynamic_shared_bytes: int = 0) -> dict:
     """The numbers a table row holds: resources, whole-kernel and hot-loop counts per class."""
-    row = {"registers": kernel.registers, "stack_bytes": kernel.stack_bytes,
-           "shared_bytes": kernel.shared_bytes + dynamic_shared_bytes}  # fmt: skip
+    row = {
+        "registers": kernel.registers,
+        "stack_bytes": kernel.stack_bytes,
+        "shared_bytes": kernel.shared_bytes + dynamic_shared_bytes,
+    }
     whole = kernel.opcodes()
     for kind in CLASSES:
         row[f"kernel_{kind}"] = count(whole, kind)

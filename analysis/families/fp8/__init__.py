@@ -9,6 +9,9 @@ FAMILY = Family(
     plan=plan,
     title="FP8 attention",
     table="attention",
-    sections=(("fp8-speed", "FP8 attention: speed"), ("fp8-ablation", "FP8 attention: FA-3 ablation"),
-              ("fp8-accuracy", "FP8 attention: accuracy")),
+    sections=(
+        ("fp8-speed", "FP8 attention: speed"),
+        ("fp8-ablation", "FP8 attention: FA-3 ablation"),
+        ("fp8-accuracy", "FP8 attention: accuracy"),
+    ),
 )

@@ -19,9 +19,15 @@ EVALUATORS = Evaluators()
 def fp8_2pf(claim, ctx):
     s = gpus.spec("h100-sxm5-80gb")
     ratio = s.fp8_tflops / s.fp16_tflops
-    out = [Verdict(judge_approx(s.fp8_tflops, claim), f"{s.fp8_tflops:g} TFLOP/s",
-                   f"dense fp8 is {ratio:.2f}× dense fp16 on the datasheet",
-                   "analysis/core/gpu_specs.yaml: h100-sxm5-80gb", unit="TFLOP/s")]  # fmt: skip
+    out = [
+        Verdict(
+            judge_approx(s.fp8_tflops, claim),
+            f"{s.fp8_tflops:g} TFLOP/s",
+            f"dense fp8 is {ratio:.2f}× dense fp16 on the datasheet",
+            "analysis/core/gpu_specs.yaml: h100-sxm5-80gb",
+            unit="TFLOP/s",
+        )
+    ]
 
     def one(gpu):
         rows = ctx.table(ATTENTION).ok(gpu, experiment="fp8-speed")
@@ -71,10 +77,14 @@ def fp8_accuracy(claim, ctx):
     # every E4M3 bit pattern, decoded: the smallest positive value is the smallest subnormal
     values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     subnormal = float(values[values > 0].min())
-    out = [Verdict("holds" if subnormal == claim.asserted["approx"] else "fails",
-                   f"{subnormal:g} = 2^{math.log2(subnormal):.0f}",
-                   "E4M3's smallest subnormal (all 256 codes decoded by torch): P entries below half of it round to 0",
-                   "torch.float8_e4m3fn, every bit pattern decoded")]  # fmt: skip
+    out = [
+        Verdict(
+            "holds" if subnormal == claim.asserted["approx"] else "fails",
+            f"{subnormal:g} = 2^{math.log2(subnormal):.0f}",
+            "E4M3's smallest subnormal (all 256 codes decoded by torch): P entries below half of it round to 0",
+            "torch.float8_e4m3fn, every bit pattern decoded",
+        )
+    ]
 
     def one(gpu):
         rows = _accuracy_rows(ctx, gpu)

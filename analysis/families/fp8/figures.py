@@ -54,16 +54,24 @@ def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
                 c = ceil[(ceil["panel"] == panel) & (ceil["impl"] == impl)]["tflops"]
                 if len(c):
                     ax.axhline(c.median(), color="0.35", ls="--" if impl == "fp8-mm" else ":", lw=1)
-                    ax.text(here["seqlen_q"].min(), c.median(), f" {text} {c.median():.0f}", va="bottom",
-                            fontsize=7.5, color="0.3")  # fmt: skip
+                    ax.text(
+                        here["seqlen_q"].min(),
+                        c.median(),
+                        f" {text} {c.median():.0f}",
+                        va="bottom",
+                        fontsize=7.5,
+                        color="0.3",
+                    )
             log2_x(ax, here["seqlen_q"].unique())
             ax.set_title(panel, fontsize=9.5)
             ax.set_xlabel("sequence length N")
         axes[0, 0].set_ylabel("forward TFLOP/s")
         axes[0, 0].set_ylim(bottom=0)
         axes[0, -1].legend(fontsize=7.5, loc="lower right")
-        fig.suptitle(title(d, "FP8 attention forward: inputs quantised before timing; -e2e: quantisation timed too"),
-                     fontweight="bold")  # fmt: skip
+        fig.suptitle(
+            title(d, "FP8 attention forward: inputs quantised before timing; -e2e: quantisation timed too"),
+            fontweight="bold",
+        )
         fig.tight_layout()
         save_with_note(fig, out_png, missing_note(failed(d)))
     keys = ["dtype", "head_dim", "causal", "batch", "heads", "seqlen_q", "seqlen_k"]
@@ -74,8 +82,18 @@ def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
     return tidy(with_failed(table, failed(d), [c for c in cols if c in table.columns]))
 
 
-FP8_ACCURACY_ORDER = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-tensor-rot", "ours-fp8-head",
-                      "ours-fp8-head-rot", "ours-fp8-block", "ours-fp8-block-rot", "ours-fp8-block-p1"]  # fmt: skip
+FP8_ACCURACY_ORDER = [
+    "naive",
+    "ours-fa2",
+    "ours-fp8-none",
+    "ours-fp8-tensor",
+    "ours-fp8-tensor-rot",
+    "ours-fp8-head",
+    "ours-fp8-head-rot",
+    "ours-fp8-block",
+    "ours-fp8-block-rot",
+    "ours-fp8-block-p1",
+]
 
 
 def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
@@ -100,8 +118,9 @@ def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
         for j, kind in enumerate(inputs):
             ax = axes[0, j]
             here = at_n[at_n["inputs"] == kind]
-            sns.barplot(data=here, x="impl", y="rms_err", hue="dtype", order=order, hue_order=dtypes, ax=ax,
-                        palette="muted")  # fmt: skip
+            sns.barplot(
+                data=here, x="impl", y="rms_err", hue="dtype", order=order, hue_order=dtypes, ax=ax, palette="muted"
+            )
             ax.set_yscale("log")
             ax.set_title(f"inputs: {kind}, N={fmt_n(largest)}", fontsize=9.5)
             ax.set_xlabel("")
@@ -115,13 +134,29 @@ def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
             under = here[here["p_underflow"].notna()].assign(p_flushed=lambda t: 100 * t["p_underflow"])
             fp8_impls = [i for i in order if i in set(under["impl"])]
             if fp8_impls:
-                sns.barplot(data=under, x="impl", y="p_flushed", hue="dtype", order=fp8_impls, hue_order=dtypes,
-                            ax=ax2, palette="muted", legend=False)  # fmt: skip
+                sns.barplot(
+                    data=under,
+                    x="impl",
+                    y="p_flushed",
+                    hue="dtype",
+                    order=fp8_impls,
+                    hue_order=dtypes,
+                    ax=ax2,
+                    palette="muted",
+                    legend=False,
+                )
                 top = float(under["p_flushed"].max())
                 ax2.set_ylim(0, 1.15 * top if top > 0 else 1.0)  # never below zero: a share of P
                 if top == 0:
-                    ax2.text(0.5, 0.5, "no element of P flushed", transform=ax2.transAxes, ha="center",
-                             va="center", color="#555")  # fmt: skip
+                    ax2.text(
+                        0.5,
+                        0.5,
+                        "no element of P flushed",
+                        transform=ax2.transAxes,
+                        ha="center",
+                        va="center",
+                        color="#555",
+                    )
                 ax2.tick_params(axis="x", rotation=40, labelsize=7.5)
                 for lab in ax2.get_xticklabels():
                     lab.set_ha("right")
@@ -141,10 +176,13 @@ FP8_FULL = "ours-fp8-block-fa3"  # FA-3's full schedule on e4m3 (the FP8 kernel'
 FP8_ABLATION_ORDER = [FP8_FULL] + [f"ours-fp8-block-{impl.removeprefix('ours-fa3-')}" for impl in ABLATION_ORDER[1:]]
 FP8_ABLATION_LABELS = {
     FP8_FULL: "FP8 FA-3 (all on)",
-    **{f"ours-fp8-block-{impl.removeprefix('ours-fa3-')}": f"FP8, {text}" for impl, text in ABLATION_LABELS.items()
-       if impl.startswith("ours-fa3-")},
+    **{
+        f"ours-fp8-block-{impl.removeprefix('ours-fa3-')}": f"FP8, {text}"
+        for impl, text in ABLATION_LABELS.items()
+        if impl.startswith("ours-fa3-")
+    },
     **{impl: f"bf16, {text}" if impl.startswith("ours-fa3") else text for impl, text in ABLATION_LABELS.items()},
-}  # fmt: skip
+}
 
 
 def fp8_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
@@ -152,9 +190,15 @@ def fp8_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     scales, inputs quantised before timing) and of each variant with one technique switched off, beside our
     bf16 FA-3 (and its variants, where measured) on the same inputs; each bar labelled with its change
     against the full FP8 kernel at the same point."""
-    return ablation_bars(df, out_png, "fp8-ablation", FP8_FULL,
-                         FP8_ABLATION_ORDER + ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"], FP8_ABLATION_LABELS,
-                         "FA-3 ablation in FP8 (e4m3): one technique off at a time")  # fmt: skip
+    return ablation_bars(
+        df,
+        out_png,
+        "fp8-ablation",
+        FP8_FULL,
+        FP8_ABLATION_ORDER + ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"],
+        FP8_ABLATION_LABELS,
+        "FA-3 ablation in FP8 (e4m3): one technique off at a time",
+    )
 
 
 # name -> figure (caption: captions/<name>.rst; section: the report section)

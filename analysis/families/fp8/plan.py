@@ -37,9 +37,10 @@ FP8_GRANULARITIES = ("none", "tensor", "head", "block")
 _FP8_BASE = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
 # the FA-3 kernel on e4m3 on FA-3's full schedule, then with one technique switched off (the bf16 ablation's)
 FP8_ABLATION_IMPLS = tuple(f"ours-fp8-block-{a}" for a in ("fa3", *attention.FA3_ABLATIONS))
-FP8_IMPLS = tuple(
-    f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e")
-) + FP8_ABLATION_IMPLS
+FP8_IMPLS = (
+    tuple(f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e"))
+    + FP8_ABLATION_IMPLS
+)
 CEILING_IMPLS = ("fp8-mm", "bf16-mm")
 # fp8.attention's quantisation step alone, per granularity, and a device copy of the same Q, K, V: the
 # copy bandwidth that the quantiser's byte floor is taken at
@@ -83,26 +84,49 @@ def shards(config: dict) -> dict[str, dict]:
         for d in timed["head_dims"]:
             for causal in timed["causal"]:
                 name = attention.shard_name(experiment, timed["dtype"], d, causal)
-                fields = dict(experiment=experiment, dtype=timed["dtype"], head_dim=d, causal=causal,
-                              seqlens=timed["seqlens"], impls=timed["impls"], tokens=timed["tokens"],
-                              hidden=timed["hidden"], warmup_ms=timed["warmup_ms"], rep_ms=timed["rep_ms"],
-                              check_rows=timed["check_rows"])  # fmt: skip
+                fields = dict(
+                    experiment=experiment,
+                    dtype=timed["dtype"],
+                    head_dim=d,
+                    causal=causal,
+                    seqlens=timed["seqlens"],
+                    impls=timed["impls"],
+                    tokens=timed["tokens"],
+                    hidden=timed["hidden"],
+                    warmup_ms=timed["warmup_ms"],
+                    rep_ms=timed["rep_ms"],
+                    check_rows=timed["check_rows"],
+                )
                 out[name] = attention.checked(f"fp8.{key}", name, fields, Fp8Spec)
     acc = f8["accuracy"]
     if acc["enabled"]:  # nothing is timed: no warm-up, no repetitions
         for inputs in acc["inputs"]:
             for dtype in acc["dtypes"]:
                 name = attention.shard_name("fp8-accuracy", dtype, acc["head_dim"], acc["causal"], extra=f"_{inputs}")
-                fields = dict(experiment="fp8-accuracy", dtype=dtype, head_dim=acc["head_dim"], causal=acc["causal"],
-                              seqlens=acc["seqlens"], impls=acc["impls"], batch=acc["batch"], heads=acc["heads"],
-                              inputs=inputs, warmup_ms=0, rep_ms=0, check_rows=acc["check_rows"])  # fmt: skip
+                fields = dict(
+                    experiment="fp8-accuracy",
+                    dtype=dtype,
+                    head_dim=acc["head_dim"],
+                    causal=acc["causal"],
+                    seqlens=acc["seqlens"],
+                    impls=acc["impls"],
+                    batch=acc["batch"],
+                    heads=acc["heads"],
+                    inputs=inputs,
+                    warmup_ms=0,
+                    rep_ms=0,
+                    check_rows=acc["check_rows"],
+                )
                 out[name] = attention.checked("fp8.accuracy", name, fields, Fp8Spec)
     return out
 
 
 # the attention family's cost model, with the nominal rate of our FP8 kernel
-NOMINAL_TFLOPS = {**attention.NOMINAL_TFLOPS, **{impl: 600 for impl in FP8_IMPLS},
-                  **{impl: 1e9 for impl in QUANTIZER_IMPLS + (COPY_IMPL,)}}  # (no FLOPs: memory-bound, µs)
+NOMINAL_TFLOPS = {
+    **attention.NOMINAL_TFLOPS,
+    **{impl: 600 for impl in FP8_IMPLS},
+    **{impl: 1e9 for impl in QUANTIZER_IMPLS + (COPY_IMPL,)},
+}  # (no FLOPs: memory-bound, µs)
 COMPILE_S = attention.COMPILE_S
 
 

@@ -135,22 +135,42 @@ class Quantised:
         self.causal = causal
         self.inputs = (q, k, v)
         # the FA-3 kernel's V straight from the quantiser, in its own layout (as fp8.attention makes it)
-        self.tensors = fp8.quantize_qkv(q, k, v, self.granularity, blocks=self.blocks, rotate=self.rotate,
-                                        fa3_layout=self.kernel == "fa3")  # fmt: skip
+        self.tensors = fp8.quantize_qkv(
+            q, k, v, self.granularity, blocks=self.blocks, rotate=self.rotate, fa3_layout=self.kernel == "fa3"
+        )
         self.out_dtype = q.dtype
 
     def __call__(self) -> torch.Tensor:
         from kernels.attention import fp8
 
         if self.e2e:
-            return fp8.attention(*self.inputs, self.causal, granularity=self.granularity, rotate=self.rotate,
-                                 p_scale=self.p_scale, kernel=self.kernel, schedule=self.schedule)  # fmt: skip
+            return fp8.attention(
+                *self.inputs,
+                self.causal,
+                granularity=self.granularity,
+                rotate=self.rotate,
+                p_scale=self.p_scale,
+                kernel=self.kernel,
+                schedule=self.schedule,
+            )
         q8, k8, v8, qs, ks, vs = self.tensors
         q_block, kv_block = self.blocks
         return fp8.forward_quantized(
-            q8, k8, v8, qs, ks, vs, self.causal, q_block=q_block, kv_block=kv_block, out_dtype=self.out_dtype,
-            check_scale_values=False, p_scale=self.p_scale, kernel=self.kernel, schedule=self.schedule,
-        )  # fmt: skip
+            q8,
+            k8,
+            v8,
+            qs,
+            ks,
+            vs,
+            self.causal,
+            q_block=q_block,
+            kv_block=kv_block,
+            out_dtype=self.out_dtype,
+            check_scale_values=False,
+            p_scale=self.p_scale,
+            kernel=self.kernel,
+            schedule=self.schedule,
+        )
 
     def dequantised(self, batch: slice = slice(0, 1)) -> tuple[torch.Tensor, ...]:
         """Q, K, V as the kernel sees them (rotated Q, K where rotated), float32, for ``batch``."""
@@ -196,8 +216,13 @@ def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], 
         base = att.base_row(spec, prov, timed, "fp8", batch=b, heads=h, heads_kv=hk, seqlen_q=nq, seqlen_k=nk)
         text = f"B={b} H={h} N={nq} d={spec.head_dim} causal={spec.causal} {spec.dtype} inputs={spec.inputs}"
         try:
-            q, k, v = make_inputs(spec.inputs, [(b, h, nq, spec.head_dim), (b, hk, nk, spec.head_dim),
-                                                (b, hk, nk, spec.head_dim)], dtype, device, gen)  # fmt: skip
+            q, k, v = make_inputs(
+                spec.inputs,
+                [(b, h, nq, spec.head_dim), (b, hk, nk, spec.head_dim), (b, hk, nk, spec.head_dim)],
+                dtype,
+                device,
+                gen,
+            )
             sample = sample_rows(nq, spec.check_rows).to(device)
             ref = reference.reference_attention(q[:1], k[:1], v[:1], spec.causal, rows=sample)
         except Exception as exc:
@@ -216,8 +241,15 @@ def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], 
             elif impl.startswith("fp8-quantize-"):
                 row = _quantizer(spec, impl, q, k, v, base, timed)
             elif impl == COPY_IMPL:  # the copy bandwidth the quantiser's byte floor is taken at
-                row = att.measure_copy(spec, (q, k, v), base, timed, COPY_IMPL,
-                                       "a device copy of the point's Q, K and V bytes (the copy bandwidth)", METRICS)
+                row = att.measure_copy(
+                    spec,
+                    (q, k, v),
+                    base,
+                    timed,
+                    COPY_IMPL,
+                    "a device copy of the point's Q, K and V bytes (the copy bandwidth)",
+                    METRICS,
+                )
             elif impl.startswith("ours-fp8-"):
                 row = _speed_fp8(spec, impl, q, k, v, sample, base, timed)
             else:
@@ -249,14 +281,18 @@ def _speed_fp8(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: boo
         metrics.update(max_abs_err=check.max_abs, rms_err=check.rms, ref_err=check.ref_err, err_bound=check.bound)
         if not check.ok:
             return make_row(base, impl, "mismatch", check.describe(), **metrics)
-        timing = "end to end: quantisation and kernel timed together" if call.e2e else \
-            "inputs quantised before timing (the kernel alone)"  # fmt: skip
+        timing = (
+            "end to end: quantisation and kernel timed together"
+            if call.e2e
+            else "inputs quantised before timing (the kernel alone)"
+        )
         note = timing + "; error against float64 of the dequantised inputs"
         if not timed:
             return make_row(base, impl, "ok", note, **metrics)
         metrics.update(att.time_call(call, spec))
-        flops = attention_flops(base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim,
-                                spec.causal, "fwd")  # fmt: skip
+        flops = attention_flops(
+            base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, spec.causal, "fwd"
+        )
         metrics["tflops"] = tflops(flops, metrics["ms_median"])
         return make_row(base, impl, "ok", note, **metrics)
     except Exception as exc:
@@ -329,8 +365,9 @@ def _quantizer(spec: Fp8Spec, impl: str, q, k, v, base: dict, timed: bool) -> di
         kernel = fp8.kernel_for(q.device, q.shape[-1])
         blocks = fp8.blocks(kernel, q.shape[-1])
         layout = "the FA-3 kernel's V layout" if kernel == "fa3" else "V transposed"
-        metrics["kernel_config"] = (f"fused quantiser, granularity={granularity}, blocks={blocks[0]}/{blocks[1]}, "
-                                    f"{layout}")  # fmt: skip
+        metrics["kernel_config"] = (
+            f"fused quantiser, granularity={granularity}, blocks={blocks[0]}/{blocks[1]}, {layout}"
+        )
 
         def call():
             return fp8.quantize_qkv(q, k, v, granularity, blocks=blocks, fa3_layout=kernel == "fa3")
@@ -338,24 +375,39 @@ def _quantizer(spec: Fp8Spec, impl: str, q, k, v, base: dict, timed: bool) -> di
         q8, k8, v8, qs, ks, vs = call()
         v_stored = v8.data if kernel == "fa3" else v8
         v8 = v8.rows() if kernel == "fa3" else v8
-        metrics["model_bytes"] = float(sum(x.numel() * x.element_size() for x in (q, k, v))
-                                       + sum(x.numel() * x.element_size() for x in (q8, k8, qs, ks, vs))
-                                       + v_stored.numel() * v_stored.element_size())  # fmt: skip
+        metrics["model_bytes"] = float(
+            sum(x.numel() * x.element_size() for x in (q, k, v))
+            + sum(x.numel() * x.element_size() for x in (q8, k8, qs, ks, vs))
+            + v_stored.numel() * v_stored.element_size()
+        )
         worst, sq, count = 0.0, 0.0, 0
-        for name, x, x8, scale, block in (("q", q, q8, qs, blocks[0]), ("k", k, k8, ks, blocks[1]),
-                                          ("v", v, v8, vs, blocks[1])):  # fmt: skip
+        for name, x, x8, scale, block in (
+            ("q", q, q8, qs, blocks[0]),
+            ("k", k, k8, ks, blocks[1]),
+            ("v", v, v8, vs, blocks[1]),
+        ):
             _, want = fp8.quantize(x, granularity, block)
             if not torch.allclose(scale, want, rtol=2.0**-23, atol=0.0):
-                return make_row(base, impl, "mismatch", f"{impl}: {name}'s descales differ from fp8.quantize's "
-                                "(group amax / 448)", **metrics)  # fmt: skip
+                return make_row(
+                    base,
+                    impl,
+                    "mismatch",
+                    f"{impl}: {name}'s descales differ from fp8.quantize's (group amax / 448)",
+                    **metrics,
+                )
             xf, own = x[:1].float(), scale[:1] if scale.dim() else scale
             err = (xf - fp8.dequantize(x8[:1], own, block)).abs()
             unit = fp8.dequantize(torch.ones(xf.shape, device=xf.device).to(x8.dtype), own, block)  # each scale
             half_step = torch.maximum(xf.abs() * _E4M3_HALF_STEP, _E4M3_HALF_SUBNORMAL * unit) * _SLACK
             bad = int((err > half_step).sum())
             if bad:
-                return make_row(base, impl, "mismatch", f"{impl}: {bad} of {name}'s values (batch 0) are further "
-                                "from their input than e4m3's rounding", **metrics)  # fmt: skip
+                return make_row(
+                    base,
+                    impl,
+                    "mismatch",
+                    f"{impl}: {bad} of {name}'s values (batch 0) are further from their input than e4m3's rounding",
+                    **metrics,
+                )
             worst, sq, count = max(worst, float(err.max())), sq + float((err.double() ** 2).sum()), count + err.numel()
         metrics.update(max_abs_err=worst, rms_err=math.sqrt(sq / max(count, 1)))
         del q8, k8, v8, v_stored, qs, ks, vs

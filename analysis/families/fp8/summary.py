@@ -31,19 +31,30 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
                 continue
             rows = full[full["impl"] == impl]["tflops"]
             ratio = (tf[impl] / tf["ours-fa2"]).dropna() if "ours-fa2" in tf else pd.Series(dtype=float)
-            out.append(Line(f"FP8 forward {what}, N ≥ {LONG}: TFLOP/s without a mask; against our bf16 FA-2, "
-                            "both masks", f"{span(rows, '.0f', '')} TFLOP/s; {span(ratio)}"))  # fmt: skip
+            out.append(
+                Line(
+                    f"FP8 forward {what}, N ≥ {LONG}: TFLOP/s without a mask; against our bf16 FA-2, both masks",
+                    f"{span(rows, '.0f', '')} TFLOP/s; {span(ratio)}",
+                )
+            )
         cudnn = full[full["impl"] == "sdpa-cudnn"]["tflops"]
         if len(cudnn):
-            out.append(Line(f"SDPA cuDNN in bf16 on the same points (N ≥ {LONG}, no mask)",
-                            f"{span(cudnn, '.0f', '')} TFLOP/s"))  # fmt: skip
+            out.append(
+                Line(
+                    f"SDPA cuDNN in bf16 on the same points (N ≥ {LONG}, no mask)", f"{span(cudnn, '.0f', '')} TFLOP/s"
+                )
+            )
         out += _fa3_targets(speed)
         out += _quantizer_floor(speed)
         ceil = speed.groupby("impl")["tflops"]
         if {"fp8-mm", "bf16-mm"} <= set(speed["impl"]):
             fp8, bf16 = ceil.get_group("fp8-mm"), ceil.get_group("bf16-mm")
-            out.append(Line("this run's GEMM ceilings (8192³): FP8 torch._scaled_mm, and over bf16 torch.matmul",
-                            f"{span(fp8, '.0f', '')} TFLOP/s; {fp8.median() / bf16.median():.2f}×"))  # fmt: skip
+            out.append(
+                Line(
+                    "this run's GEMM ceilings (8192³): FP8 torch._scaled_mm, and over bf16 torch.matmul",
+                    f"{span(fp8, '.0f', '')} TFLOP/s; {fp8.median() / bf16.median():.2f}×",
+                )
+            )
     abl = ok_timed(df, experiment="fp8-ablation")
     if len(abl):
         out += _ablation(abl)
@@ -52,18 +63,31 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
     if len(acc):
         err = acc.groupby("impl")["rms_err"].mean()
         fp16 = acc[(acc["impl"] == "ours-fa2") & (acc["dtype"] == "float16")]["rms_err"].mean()
-        named = (("ours-fp8-tensor", "per tensor"), ("ours-fp8-block", "per block"),
-                 ("ours-fp8-block-rot", "per block rotated"))
+        named = (
+            ("ours-fp8-tensor", "per tensor"),
+            ("ours-fp8-block", "per block"),
+            ("ours-fp8-block-rot", "per block rotated"),
+        )
         parts = [f"{what} {err[i]:.1e}" for i, what in named if i in err]
-        out.append(Line(f"FP8 RMS error against float64, FlashAttention-3's outlier inputs (N = {OUTLIER_N})",
-                        "; ".join(parts) + f"; fp16 FA-2 {fp16:.1e}"))  # fmt: skip
+        out.append(
+            Line(
+                f"FP8 RMS error against float64, FlashAttention-3's outlier inputs (N = {OUTLIER_N})",
+                "; ".join(parts) + f"; fp16 FA-2 {fp16:.1e}",
+            )
+        )
         under = acc.groupby("impl")[["p_underflow", "p_mass_lost"]].mean()
         if {"ours-fp8-block", "ours-fp8-block-p1"} <= set(under.index):
             no, yes = under.loc["ours-fp8-block-p1"], under.loc["ours-fp8-block"]
-            text = (f"{100 * no['p_underflow']:.1f}% of entries ({100 * no['p_mass_lost']:.2g}% of the mass); "
-                    f"{100 * yes['p_underflow']:.1f}% ({100 * yes['p_mass_lost']:.2g}%)")
-            out.append(Line(f"share of P that e4m3 flushes to zero (outliers, N = {OUTLIER_N}): without P's scale, "
-                            "with it", text))  # fmt: skip
+            text = (
+                f"{100 * no['p_underflow']:.1f}% of entries ({100 * no['p_mass_lost']:.2g}% of the mass); "
+                f"{100 * yes['p_underflow']:.1f}% ({100 * yes['p_mass_lost']:.2g}%)"
+            )
+            out.append(
+                Line(
+                    f"share of P that e4m3 flushes to zero (outliers, N = {OUTLIER_N}): without P's scale, with it",
+                    text,
+                )
+            )
     return out
 
 
@@ -78,17 +102,29 @@ def _fa3_targets(speed: pd.DataFrame) -> list[Line]:
         rate, ratio = at["ours-fp8-block"], at["ours-fp8-block"] / at["ours-fa3"]
         if len(ratio):
             flags = (rate >= KERNEL_TFLOPS) & (ratio >= KERNEL_RATIO)
-            out.append(Line(f"FP8 FA-3 kernel per block, inputs quantised (d = 128, N ≥ {KERNEL_N}, no mask): "
-                            "TFLOP/s; against our bf16 FA-3", f"{span(rate, '.0f', '')} TFLOP/s; {span(ratio)}",
-                            f"≥ {KERNEL_TFLOPS} TFLOP/s and ≥ {KERNEL_RATIO}×", met(flags)))  # fmt: skip
+            out.append(
+                Line(
+                    f"FP8 FA-3 kernel per block, inputs quantised (d = 128, N ≥ {KERNEL_N}, no mask): "
+                    "TFLOP/s; against our bf16 FA-3",
+                    f"{span(rate, '.0f', '')} TFLOP/s; {span(ratio)}",
+                    f"≥ {KERNEL_TFLOPS} TFLOP/s and ≥ {KERNEL_RATIO}×",
+                    met(flags),
+                )
+            )
     ours = [i for i in OURS_BF16 if i in tf.columns]
     if "ours-fp8-block-e2e" in tf.columns and ours:
         at = tf[n >= LONG]
         ratio = (at["ours-fp8-block-e2e"] / at[ours].max(axis=1)).dropna()
         if len(ratio):
-            out.append(Line(f"FP8 end to end on bf16 inputs (quantiser timed, per block; d = 128, N ≥ {LONG}, both "
-                            "masks) against our fastest bf16 kernel", span(ratio), f"≥ {E2E_RATIO}×",
-                            met(ratio >= E2E_RATIO)))  # fmt: skip
+            out.append(
+                Line(
+                    f"FP8 end to end on bf16 inputs (quantiser timed, per block; d = 128, N ≥ {LONG}, both "
+                    "masks) against our fastest bf16 kernel",
+                    span(ratio),
+                    f"≥ {E2E_RATIO}×",
+                    met(ratio >= E2E_RATIO),
+                )
+            )
         out += _e2e_time(speed, ours)
     return out
 
@@ -103,11 +139,14 @@ def _e2e_time(speed: pd.DataFrame, ours: list[str]) -> list[Line]:
     e2e, kernel = ms["ours-fp8-block-e2e"], ms["ours-fp8-block"]
     quant = (e2e - kernel).dropna()
     allowed = ms[ours].min(axis=1) / E2E_RATIO  # the end-to-end time that meets the target
-    return [Line(f"FP8 end to end, where the time goes (per block; d = 128, N ≥ {LONG}, both masks): the quantiser "
-                 "(the -e2e row less the kernel's) and its share of the call; the kernel alone against the time "
-                 f"the {E2E_RATIO}× target allows the whole call",
-                 f"{span(quant * 1000, '.0f', ' µs')}, {span(100 * quant / e2e, '.0f', '%')}; "
-                 f"{span(kernel / allowed)}")]  # fmt: skip
+    return [
+        Line(
+            f"FP8 end to end, where the time goes (per block; d = 128, N ≥ {LONG}, both masks): the quantiser "
+            "(the -e2e row less the kernel's) and its share of the call; the kernel alone against the time "
+            f"the {E2E_RATIO}× target allows the whole call",
+            f"{span(quant * 1000, '.0f', ' µs')}, {span(100 * quant / e2e, '.0f', '%')}; {span(kernel / allowed)}",
+        )
+    ]
 
 
 def _quantizer_floor(speed: pd.DataFrame) -> list[Line]:
@@ -126,10 +165,16 @@ def _quantizer_floor(speed: pd.DataFrame) -> list[Line]:
             continue
         ratio = (gbps["copy-qkv"] / gbps[impl]).dropna()
         if len(ratio):
-            out.append(Line(f"FP8's fused quantiser alone (Q, K, V per {granularity}, N ≥ {LONG}): its time against "
-                            "its byte floor, the bytes it must read and write at this run's copy bandwidth "
-                            "(copy-qkv, same point)", span(ratio), f"≤ {QUANTIZER_FLOOR:g}×",
-                            met(ratio <= QUANTIZER_FLOOR)))  # fmt: skip
+            out.append(
+                Line(
+                    f"FP8's fused quantiser alone (Q, K, V per {granularity}, N ≥ {LONG}): its time against "
+                    "its byte floor, the bytes it must read and write at this run's copy bandwidth "
+                    "(copy-qkv, same point)",
+                    span(ratio),
+                    f"≤ {QUANTIZER_FLOOR:g}×",
+                    met(ratio <= QUANTIZER_FLOOR),
+                )
+            )
     return out
 
 
@@ -146,5 +191,10 @@ def _ablation(abl: pd.DataFrame) -> list[Line]:
             parts.append(f"{what} {span(change, '+.1f', '%')}")
     if not parts:
         return []
-    return [Line("FP8 FA-3 ablation (inputs quantised): change when one technique is switched off from FA-3's full "
-                 "schedule (FP8's default runs without ping-pong)", "; ".join(parts))]
+    return [
+        Line(
+            "FP8 FA-3 ablation (inputs quantised): change when one technique is switched off from FA-3's full "
+            "schedule (FP8's default runs without ping-pong)",
+            "; ".join(parts),
+        )
+    ]

@@ -22,8 +22,9 @@ def moe_dense_inside(claim: Claim, ctx: Context) -> list[Verdict]:
             raise Untestable("no MoE point with all four stages of our layer timed")
         share = split["movement_share"]
         verdict = "holds" if (share > 0.5).all() else "partly" if (share > 0.5).any() else "fails"
-        where = "; ".join(f"{r.model} T={int(r.tokens)} {r.routing}: {100 * r.movement_share:.0f}%"
-                          for r in split.itertuples())  # fmt: skip
+        where = "; ".join(
+            f"{r.model} T={int(r.tokens)} {r.routing}: {100 * r.movement_share:.0f}%" for r in split.itertuples()
+        )
         return Verdict(
             verdict,
             f"routing + dispatch + combine {span(100 * share, '.0f', '%')} of the layer's time",
@@ -58,8 +59,9 @@ def moe_grouped(claim: Claim, ctx: Context) -> list[Verdict]:
             extra.append(f"vs the per-expert loop {span(loop['ms_median_a'] / loop['ms_median_b'], '.2f')}")
         if len(refused):
             why = {"unsupported": "over the gathering cap", "oom": "out of memory"}
-            counts = "; ".join(f"{n} {s}" + (f" ({why[s]})" if s in why else "")
-                               for s, n in refused["status"].value_counts().items())  # fmt: skip
+            counts = "; ".join(
+                f"{n} {s}" + (f" ({why[s]})" if s in why else "") for s, n in refused["status"].value_counts().items()
+            )
             extra.append(f"{len(refused)} larger gather points not run: {counts}")
         return Verdict(
             verdict,

@@ -54,16 +54,48 @@ def moe_time_split(df: pd.DataFrame, out_png) -> pd.DataFrame:
     return wide.drop(columns=["panel"]).sort_values(["model", "routing", "tokens"]).reset_index(drop=True)
 
 
-def _lines_vs_tokens(d: pd.DataFrame, order: list[str], value: str, eager: str, ylabel: str, what: str,
-                     out_png) -> pd.DataFrame:  # fmt: skip
+def _lines_vs_tokens(
+    d: pd.DataFrame, order: list[str], value: str, eager: str, ylabel: str, what: str, out_png
+) -> pd.DataFrame:
     d = d.assign(panel=[_moe_panel(r) for r in d.to_dict("records")])
     d["eager_tflops"] = d["tflops"] * d["ms_median"] / d["eager_ms"]
     panels = list(dict.fromkeys(d.sort_values(["model", "routing"])["panel"]))
-    line_panels(d, "panel", panels, order, "tokens", value, ("tokens", ylabel), what, out_png, width=3.8,
-                 mark=lambda ax, s: ax.set_yscale("log"), eager=eager)  # fmt: skip
-    cols = ["gpu", "gpu_name", "dtype", "model", "experts", "top_k", "k", "n", "routing", "impl", "tokens",
-            "ms_median", "host_ms", "eager_ms", "tflops", "eager_tflops", "model_bytes", "gbps", "peak_mem_mib",
-            "max_abs_err"]  # fmt: skip
+    line_panels(
+        d,
+        "panel",
+        panels,
+        order,
+        "tokens",
+        value,
+        ("tokens", ylabel),
+        what,
+        out_png,
+        width=3.8,
+        mark=lambda ax, s: ax.set_yscale("log"),
+        eager=eager,
+    )
+    cols = [
+        "gpu",
+        "gpu_name",
+        "dtype",
+        "model",
+        "experts",
+        "top_k",
+        "k",
+        "n",
+        "routing",
+        "impl",
+        "tokens",
+        "ms_median",
+        "host_ms",
+        "eager_ms",
+        "tflops",
+        "eager_tflops",
+        "model_bytes",
+        "gbps",
+        "peak_mem_mib",
+        "max_abs_err",
+    ]
     return d[cols].sort_values(["model", "routing", "impl", "tokens"]).reset_index(drop=True)
 
 
@@ -73,8 +105,9 @@ def moe_layer(df: pd.DataFrame, out_png) -> pd.DataFrame:
     d = d[(d["op"] == "moe-layer") & (d["stage"] == "total") & d["impl"].isin(MOE_ORDER)]
     if d.empty:
         raise NoDataError("no ok timed rows of the whole MoE layer")
-    return _lines_vs_tokens(d, MOE_ORDER, "ms_median", "eager_ms", "time per layer call (ms)",
-                            "MoE layer against its baselines", out_png)  # fmt: skip
+    return _lines_vs_tokens(
+        d, MOE_ORDER, "ms_median", "eager_ms", "time per layer call (ms)", "MoE layer against its baselines", out_png
+    )
 
 
 def moe_grouped_gemm(df: pd.DataFrame, out_png) -> pd.DataFrame:

@@ -102,10 +102,21 @@ def shards(config: dict) -> dict[str, dict]:
                 name = f"moe_{model}_{m['dtype']}_{routing}"
                 if name in out:
                     raise ValueError(f"the moe config makes shard {name!r} twice (overlapping grids)")
-                fields = dict(model=model, experts=e, top_k=k, hidden=h, ffn=f, dtype=m["dtype"],
-                              tokens=list(grid["tokens"]), routing=routing, impls=list(m["impls"]),
-                              zipf_s=m["zipf_s"], gather_chunk_gib=m["gather_chunk_gib"],
-                              gather_max_gb=m["gather_max_gb"], **w4a16.timing(m))  # fmt: skip
+                fields = dict(
+                    model=model,
+                    experts=e,
+                    top_k=k,
+                    hidden=h,
+                    ffn=f,
+                    dtype=m["dtype"],
+                    tokens=list(grid["tokens"]),
+                    routing=routing,
+                    impls=list(m["impls"]),
+                    zipf_s=m["zipf_s"],
+                    gather_chunk_gib=m["gather_chunk_gib"],
+                    gather_max_gb=m["gather_max_gb"],
+                    **w4a16.timing(m),
+                )
                 MoeSpec(**fields)  # a bad combination fails when the workflow is planned, not in a GPU job
                 out[name] = fields
     return out

@@ -92,9 +92,11 @@ class _Layer:
         self.dense = None
         if "dense-ffn" in spec.impls:
             kf = spec.top_k * f
-            self.dense = (points.randn((h, kf), gen, dtype, device, scale=h**-0.5),
-                          points.randn((h, kf), gen, dtype, device, scale=h**-0.5),
-                          points.randn((kf, h), gen, dtype, device, scale=kf**-0.5))  # fmt: skip
+            self.dense = (
+                points.randn((h, kf), gen, dtype, device, scale=h**-0.5),
+                points.randn((h, kf), gen, dtype, device, scale=h**-0.5),
+                points.randn((kf, h), gen, dtype, device, scale=kf**-0.5),
+            )
 
     # --- the layer, whole -------------------------------------------------------------------------------
     def ours(self, x, logits):
@@ -155,14 +157,32 @@ class _Layer:
         return expert_ffn(xs, plan, self.wg, self.wu, self.wd)
 
 
-def run(spec: MoeSpec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info,
-        files=None, timed: bool = True) -> list[dict]:  # fmt: skip
+def run(
+    spec: MoeSpec,
+    env: dict,
+    device: str = "cuda",
+    log_line: Callable[[str], None] = log.info,
+    files=None,
+    timed: bool = True,
+) -> list[dict]:
     """Measure every (tokens, implementation) point of ``spec``; rows of the operator table (ops.csv)."""
     dtype = points.DTYPES[spec.dtype]
     prov = row_provenance(env)
-    base = dict(experiment=spec.experiment, family="moe", dtype=spec.dtype, model=spec.model, n=spec.ffn,
-                k=spec.hidden, group_size=math.nan, experts=spec.experts, top_k=spec.top_k, routing=spec.routing,
-                stage="total", timed=timed, **prov)  # fmt: skip
+    base = dict(
+        experiment=spec.experiment,
+        family="moe",
+        dtype=spec.dtype,
+        model=spec.model,
+        n=spec.ffn,
+        k=spec.hidden,
+        group_size=math.nan,
+        experts=spec.experts,
+        top_k=spec.top_k,
+        routing=spec.routing,
+        stage="total",
+        timed=timed,
+        **prov,
+    )
     progress = harness.Progress(spec.points(), log_line)
     gen = points.generator(device, spec.seed)
     rows: list[dict] = []
@@ -199,8 +219,9 @@ def run(spec: MoeSpec, env: dict, device: str = "cuda", log_line: Callable[[str]
                 extra = ""
                 if row["status"] == "ok" and timed:
                     extra = f" {row['ms_median']:.3f} ms {row['tflops']:.1f} TFLOP/s"
-                progress.step(f"{impl} {row['stage']} T={t} {spec.routing}", row["status"] + extra +
-                              points.short(row["message"]))  # fmt: skip
+                progress.step(
+                    f"{impl} {row['stage']} T={t} {spec.routing}", row["status"] + extra + points.short(row["message"])
+                )
         del point
         harness.release_memory()
     return rows
@@ -240,8 +261,10 @@ def _grouped_refs(layer: _Layer, p: _Point, dtype):
 
     rows = p.xs.index_select(0, p.row_sample)
     ends = torch.searchsorted(p.row_sample, p.plan.expert_offsets.long())
-    return (reference.grouped_gemm_reference(rows, layer.wg, ends, torch.float64),
-            reference.grouped_gemm_reference(rows, layer.wg, ends, dtype))  # fmt: skip
+    return (
+        reference.grouped_gemm_reference(rows, layer.wg, ends, torch.float64),
+        reference.grouped_gemm_reference(rows, layer.wg, ends, dtype),
+    )
 
 
 def _measure(layer: _Layer, p: _Point, impl: str, base: dict, timed: bool) -> list[dict]:
@@ -301,8 +324,9 @@ def _stages(layer: _Layer, p: _Point, base: dict, timed: bool, ref, same, flops,
     spec = layer.spec
     ys = layer.gemms(p.xs, p.plan)
     composed = routing.combine(ys, p.weights, p.plan)
-    errors, failure = points.gate("ours-moe stages composed", composed.index_select(0, p.sample), ref, same,
-                                  layer.dtype)  # fmt: skip
+    errors, failure = points.gate(
+        "ours-moe stages composed", composed.index_select(0, p.sample), ref, same, layer.dtype
+    )
     calls = {
         "routing": lambda: routing.route(p.logits, spec.top_k),
         "dispatch": lambda: routing.gather(p.x, routing.dispatch(p.ids, spec.experts)),
@@ -345,8 +369,9 @@ def _measure_grouped(layer: _Layer, p: _Point, impl: str, base: dict, timed: boo
     metrics: dict = {"model_bytes": nbytes}
     try:
         out = call()
-        errors, failure = points.gate(f"{impl} output", out.index_select(0, p.row_sample), p.grouped_ref,
-                                  p.grouped_same, layer.dtype)  # fmt: skip
+        errors, failure = points.gate(
+            f"{impl} output", out.index_select(0, p.row_sample), p.grouped_ref, p.grouped_same, layer.dtype
+        )
         metrics.update(errors)
         del out
         if failure:

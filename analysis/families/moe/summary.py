@@ -22,8 +22,10 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
     out: list[Line] = []
     if len(gemm):
         vs = _speedup(gemm, "ours-grouped", "torch-grouped-mm")
-        text = "; ".join(f"{int(t)} tokens: {', '.join(f'{r.model} {r.speedup:.2f}×' for r in g.itertuples())}"
-                         for t, g in vs.groupby("tokens"))  # fmt: skip
+        text = "; ".join(
+            f"{int(t)} tokens: {', '.join(f'{r.model} {r.speedup:.2f}×' for r in g.itertuples())}"
+            for t, g in vs.groupby("tokens")
+        )
         out.append(Line("grouped GEMM (gate projection) vs torch._grouped_mm", text))
         loop = _speedup(gemm, "ours-grouped", "loop-grouped")
         first = loop[loop["tokens"] == loop["tokens"].min()] if len(loop) else loop

@@ -51,8 +51,13 @@ def std_bytes_formula(claim, ctx):
         f"not 6N²: the model gives 8N²+8Nd ({total / MB:.1f} MB at N=4096, d=128) against the formula's "
         f"{article / MB:.1f} MB; io-q2-8k uses 8N² (545.27 MB) while ai-4096 and ai-limit use 6N²"
     )
-    analytic = Verdict(verdict, f"{model}N² + 8Nd bytes (listed terms sum to {listed}N²)", note,
-                       "analysis/core/models.py: standard_attention_bytes", unit="bytes")  # fmt: skip
+    analytic = Verdict(
+        verdict,
+        f"{model}N² + 8Nd bytes (listed terms sum to {listed}N²)",
+        note,
+        "analysis/core/models.py: standard_attention_bytes",
+        unit="bytes",
+    )
 
     def measured(gpu):
         pts = traffic_points(ctx.table(TRAFFIC), gpu, "naive", 128)
@@ -88,8 +93,9 @@ def fa_hbm_on(claim, ctx):
     # O(N) holds if the FA-1 model grows linearly; a quadratic model contradicts the claim, and since the
     # model is S1's own theorem (fa-io-theorem), the articles contradict each other
     verdict = "holds" if exponent < 1.25 else "inconsistent"
-    analytic = Verdict(verdict, f"N^{exponent:.2f} (FA-1 model)", note, "analysis/core/models.py: fa1_forward_bytes",
-                       unit="bytes")  # fmt: skip
+    analytic = Verdict(
+        verdict, f"N^{exponent:.2f} (FA-1 model)", note, "analysis/core/models.py: fa1_forward_bytes", unit="bytes"
+    )
 
     def measured(gpu):
         pts = traffic_points(ctx.table(TRAFFIC), gpu, "ours-fa2", 128)

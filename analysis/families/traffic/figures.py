@@ -37,9 +37,24 @@ matplotlib.use("Agg")
 
 GB = 1e9
 _TRUE = {"true", "1", "1.0", "yes"}
-_NUMERIC = ["kernel_index", "batch", "heads", "seqlen", "head_dim", "block_m", "block_n", "num_warps",
-            "num_stages", "dram_read_bytes", "dram_write_bytes", "gpu_time_ns", "model_bytes", "model_bytes_nocache",
-            "model_kernel_bytes", "l2_cache_bytes"]  # fmt: skip
+_NUMERIC = [
+    "kernel_index",
+    "batch",
+    "heads",
+    "seqlen",
+    "head_dim",
+    "block_m",
+    "block_n",
+    "num_warps",
+    "num_stages",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "gpu_time_ns",
+    "model_bytes",
+    "model_bytes_nocache",
+    "model_kernel_bytes",
+    "l2_cache_bytes",
+]
 GROUPS = {"materialising": "standard attention", "tiled": "tiled kernels"}
 
 
@@ -144,8 +159,14 @@ def traffic_vs_n(df: pd.DataFrame, out_png) -> pd.DataFrame:
     dims = sorted(p["head_dim"].astype(int).unique())
     order = impl_order(p["impl"].unique())
     with theme():
-        fig, axes = plt.subplots(len(groups), len(dims), figsize=(4.4 * len(dims), 3.4 * len(groups)),
-                                 sharex=True, sharey="row", squeeze=False)  # fmt: skip
+        fig, axes = plt.subplots(
+            len(groups),
+            len(dims),
+            figsize=(4.4 * len(dims), 3.4 * len(groups)),
+            sharex=True,
+            sharey="row",
+            squeeze=False,
+        )
         for r, group in enumerate(groups):
             for c, d in enumerate(dims):
                 ax = axes[r][c]
@@ -158,15 +179,41 @@ def traffic_vs_n(df: pd.DataFrame, out_png) -> pd.DataFrame:
                     ax.set_ylabel("DRAM bytes (GB, 10⁹ B)")
                 if r == len(groups) - 1:
                     ax.set_xlabel("sequence length N")
-            axes[r][-1].legend(handles=_legend(p[p["group"] == group], group, order), fontsize=7,
-                               loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)  # fmt: skip
+            axes[r][-1].legend(
+                handles=_legend(p[p["group"] == group], group, order),
+                fontsize=7,
+                loc="upper left",
+                bbox_to_anchor=(1.02, 1.0),
+                frameon=False,
+            )
         fig.suptitle(_title(p, "DRAM traffic of one forward call, measured and modelled"), fontweight="bold")
         fig.tight_layout()
         save(fig, out_png)
-    cols = ["gpu", "gpu_name", "dtype", "head_dim", "causal", "group", "impl", "batch", "heads", "seqlen",
-            "block_m", "block_n", "n_kernels", "dram_read_bytes", "dram_write_bytes", "dram_bytes", "model_bytes",
-            "measured_over_model", "model_standard", "model_standard_6", "model_minimum", "model_bytes_nocache",
-            "l2_resident"]  # fmt: skip
+    cols = [
+        "gpu",
+        "gpu_name",
+        "dtype",
+        "head_dim",
+        "causal",
+        "group",
+        "impl",
+        "batch",
+        "heads",
+        "seqlen",
+        "block_m",
+        "block_n",
+        "n_kernels",
+        "dram_read_bytes",
+        "dram_write_bytes",
+        "dram_bytes",
+        "model_bytes",
+        "measured_over_model",
+        "model_standard",
+        "model_standard_6",
+        "model_minimum",
+        "model_bytes_nocache",
+        "l2_resident",
+    ]
     return p[cols].sort_values(["group", "head_dim", "impl", "seqlen"], kind="stable").reset_index(drop=True)
 
 
@@ -190,14 +237,29 @@ def _draw_group(ax, sub: pd.DataFrame, group: str, order: list[str]) -> None:
         # filled: a measurement the counters see whole; hollow: the N×N tensor fits in L2 (writes may hide).
         # Only standard attention writes an N×N tensor, so only its points can be hollow.
         resident = s["l2_resident"].map(lambda v: v is True) & (group == "materialising")
-        ax.plot(s.loc[~resident, "seqlen"], s.loc[~resident, "dram_bytes"] / GB, linestyle="none",
-                marker=style["marker"], color=style["color"], markersize=5, zorder=style["zorder"] + 1)  # fmt: skip
-        ax.plot(s.loc[resident, "seqlen"], s.loc[resident, "dram_bytes"] / GB, linestyle="none",
-                marker=style["marker"], markerfacecolor="white", markeredgecolor=style["color"], markersize=6,
-                zorder=style["zorder"] + 1)  # fmt: skip
+        ax.plot(
+            s.loc[~resident, "seqlen"],
+            s.loc[~resident, "dram_bytes"] / GB,
+            linestyle="none",
+            marker=style["marker"],
+            color=style["color"],
+            markersize=5,
+            zorder=style["zorder"] + 1,
+        )
+        ax.plot(
+            s.loc[resident, "seqlen"],
+            s.loc[resident, "dram_bytes"] / GB,
+            linestyle="none",
+            marker=style["marker"],
+            markerfacecolor="white",
+            markeredgecolor=style["color"],
+            markersize=6,
+            zorder=style["zorder"] + 1,
+        )
         if impl == OURS and s["model_bytes_nocache"].notna().any():
-            ax.plot(s["seqlen"], s["model_bytes_nocache"] / GB, color=style["color"], linestyle=":",
-                    linewidth=1.4, zorder=7)  # fmt: skip
+            ax.plot(
+                s["seqlen"], s["model_bytes_nocache"] / GB, color=style["color"], linestyle=":", linewidth=1.4, zorder=7
+            )
 
 
 def _legend(p: pd.DataFrame, group: str, order: list[str]) -> list:
@@ -210,13 +272,25 @@ def _legend(p: pd.DataFrame, group: str, order: list[str]) -> list:
         handles.append(Line2D([], [], color="black", linestyle="--", label="model 8N²+8Nd (S, P written + read)"))
         handles.append(Line2D([], [], color="black", linestyle=":", label="article's 6N²+8Nd"))
         if p["l2_resident"].map(lambda v: v is True).any():
-            handles.append(Line2D([], [], linestyle="none", marker="o", markerfacecolor="white",
-                                  markeredgecolor="black", label="N×N tensor fits in L2"))  # fmt: skip
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    linestyle="none",
+                    marker="o",
+                    markerfacecolor="white",
+                    markeredgecolor="black",
+                    label="N×N tensor fits in L2",
+                )
+            )
     else:
         handles.append(Line2D([], [], color="black", linestyle="--", label="minimum 4Nd (Q, K, V, O once)"))
         if OURS in set(p["impl"]) and p.loc[p["impl"] == OURS, "model_bytes_nocache"].notna().any():
-            handles.append(Line2D([], [], color=colour(OURS, order), linestyle=":",
-                                  label="FA-2, no cache reuse (K, V per Q block)"))  # fmt: skip
+            handles.append(
+                Line2D(
+                    [], [], color=colour(OURS, order), linestyle=":", label="FA-2, no cache reuse (K, V per Q block)"
+                )
+            )
     return handles
 
 
@@ -238,15 +312,24 @@ def traffic_blocks(df: pd.DataFrame, out_png) -> pd.DataFrame:
     panels = list(panels)
     read_c, write_c = "#4c72b0", "#9ecae1"
     with theme():
-        fig, axes = plt.subplots(1, len(panels), figsize=(max(4.5, 1.1 * p["config"].nunique() + 1.5) * len(panels),
-                                                         3.8), squeeze=False)  # fmt: skip
+        fig, axes = plt.subplots(
+            1, len(panels), figsize=(max(4.5, 1.1 * p["config"].nunique() + 1.5) * len(panels), 3.8), squeeze=False
+        )
         for ax, (d, n) in zip(axes[0], panels, strict=True):
             s = p[(p["head_dim"] == d) & (p["seqlen"] == n)].reset_index(drop=True)
             x = np.arange(len(s))
             ax.bar(x - 0.2, s["dram_read_bytes"] / GB, width=0.4, color=read_c, zorder=3)
             ax.bar(x + 0.2, s["dram_write_bytes"] / GB, width=0.4, color=write_c, zorder=3)
-            ax.plot(x, s["model_bytes_nocache"] / GB, linestyle="none", marker="_", markersize=22,
-                    markeredgewidth=2.2, color="black", zorder=4)  # fmt: skip
+            ax.plot(
+                x,
+                s["model_bytes_nocache"] / GB,
+                linestyle="none",
+                marker="_",
+                markersize=22,
+                markeredgewidth=2.2,
+                color="black",
+                zorder=4,
+            )
             ax.plot(x, s["model_minimum"] / GB, color="black", linestyle="--", linewidth=1.1, zorder=2)
             _gb_axis(ax)
             ax.set_xticks(x)
@@ -270,9 +353,28 @@ def traffic_blocks(df: pd.DataFrame, out_png) -> pd.DataFrame:
         fig.suptitle(_title(p, "our FA-2 kernel: DRAM traffic and runtime by block size"), fontweight="bold")
         fig.tight_layout()
         save(fig, out_png)
-    cols = ["gpu", "gpu_name", "dtype", "head_dim", "causal", "impl", "batch", "heads", "seqlen", "block_m", "block_n",
-            "num_warps", "num_stages", "dram_read_bytes", "dram_write_bytes", "dram_bytes", "gpu_time_ms",
-            "model_bytes_nocache", "model_minimum", "l2_resident"]  # fmt: skip
+    cols = [
+        "gpu",
+        "gpu_name",
+        "dtype",
+        "head_dim",
+        "causal",
+        "impl",
+        "batch",
+        "heads",
+        "seqlen",
+        "block_m",
+        "block_n",
+        "num_warps",
+        "num_stages",
+        "dram_read_bytes",
+        "dram_write_bytes",
+        "dram_bytes",
+        "gpu_time_ms",
+        "model_bytes_nocache",
+        "model_minimum",
+        "l2_resident",
+    ]
     return p[cols].reset_index(drop=True)
 
 

@@ -22,8 +22,20 @@ EXPERIMENTS = ("traffic-scaling", "traffic-blocks")
 MATERIALISING = ("naive", "sdpa-math")
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # The fields that identify a point (every kernel row of a point shares them).
-POINT_KEYS = ["experiment", "impl", "dtype", "batch", "heads", "seqlen", "head_dim", "causal", "block_m",
-              "block_n", "num_warps", "num_stages"]  # fmt: skip
+POINT_KEYS = [
+    "experiment",
+    "impl",
+    "dtype",
+    "batch",
+    "heads",
+    "seqlen",
+    "head_dim",
+    "causal",
+    "block_m",
+    "block_n",
+    "num_warps",
+    "num_stages",
+]
 
 
 _CONFIG_FIELDS = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "num_warps": "num_warps", "num_stages": "num_stages"}
@@ -41,8 +53,9 @@ def config_fields(text: str | None) -> dict:
     for part in str(text).split(","):
         name, _, value = part.strip().partition("=")
         if name not in _CONFIG_FIELDS or not value.strip().isdigit():
-            raise ValueError(f"cannot parse FA-2 config {text!r}: expected e.g. 'BLOCK_M=128,BLOCK_N=64,"
-                             "num_warps=8,num_stages=3'")  # fmt: skip
+            raise ValueError(
+                f"cannot parse FA-2 config {text!r}: expected e.g. 'BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3'"
+            )
         out[_CONFIG_FIELDS[name]] = int(value)
     missing = [k for k, v in _CONFIG_FIELDS.items() if isinstance(out[v], float)]
     if missing:
@@ -91,16 +104,25 @@ class Spec:
             for n in self.seqlens:
                 for impl in self.impls:
                     config = self.fa2_config if impl == "ours-fa2" else None
-                    pts.append(dict(experiment="traffic-scaling", impl=impl, seqlen=n, head_dim=d, config=config,
-                                    **base))  # fmt: skip
+                    pts.append(
+                        dict(experiment="traffic-scaling", impl=impl, seqlen=n, head_dim=d, config=config, **base)
+                    )
         sweep = self.block_sweep
         if sweep.get("configs") and sweep.get("seqlen"):
             # its own batch: outputs much larger than L2, so that writes left in L2 at the end are a small part
             swept = dict(base, batch=int(sweep.get("batch") or self.batch))
             for d in sweep.get("head_dims") or self.head_dims:
                 for config in sweep["configs"]:
-                    pts.append(dict(experiment="traffic-blocks", impl="ours-fa2", seqlen=sweep["seqlen"], head_dim=d,
-                                    config=config, **swept))  # fmt: skip
+                    pts.append(
+                        dict(
+                            experiment="traffic-blocks",
+                            impl="ours-fa2",
+                            seqlen=sweep["seqlen"],
+                            head_dim=d,
+                            config=config,
+                            **swept,
+                        )
+                    )
         return pts
 
 

@@ -92,9 +92,21 @@ NCU_METRICS = {
 
 # ncu scales values to a readable unit unless told otherwise; its prefixes are decimal (Mbyte = 10⁶ B).
 # A unit outside these tables is refused rather than read as the base unit (a silent factor of 10⁶).
-_BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
-          "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-          "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30}  # fmt: skip
+_BYTES = {
+    "byte": 1.0,
+    "Kbyte": 1e3,
+    "Mbyte": 1e6,
+    "Gbyte": 1e9,
+    "Tbyte": 1e12,
+    "B": 1.0,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KiB": 2.0**10,
+    "MiB": 2.0**20,
+    "GiB": 2.0**30,
+}
 
 
 _TIME = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
@@ -243,8 +255,9 @@ def l2_resident(point: dict, l2_cache_bytes) -> bool | None:
     """Whether the point's N×N tensor (all batches and heads) fits in L2; None when the L2 size is unknown."""
     if l2_cache_bytes is None or _isnan(l2_cache_bytes) or l2_cache_bytes <= 0:
         return None
-    s = models.score_matrix_bytes(int(point["seqlen"]), int(point["batch"]), int(point["heads"]),
-                                  ELEM_BYTES[point["dtype"]])  # fmt: skip
+    s = models.score_matrix_bytes(
+        int(point["seqlen"]), int(point["batch"]), int(point["heads"]), ELEM_BYTES[point["dtype"]]
+    )
     return bool(s <= float(l2_cache_bytes))
 
 
@@ -346,13 +359,20 @@ def unsupported_reason() -> str | None:
 def ncu_command(spec: Spec, spec_json: Path, sidecar_json: Path, ncu: str = "ncu") -> list[str]:
     return [
         ncu,
-        "--clock-control", "none",
-        "--profile-from-start", "off",
-        "--metrics", ",".join(NCU_METRICS),
+        "--clock-control",
+        "none",
+        "--profile-from-start",
+        "off",
+        "--metrics",
+        ",".join(NCU_METRICS),
         "--csv",
         *spec.ncu_args,
-        sys.executable, "-m", "analysis.families.traffic.target", str(spec_json), str(sidecar_json),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "analysis.families.traffic.target",
+        str(spec_json),
+        str(sidecar_json),
+    ]
 
 
 def _child_env() -> dict:
@@ -377,9 +397,14 @@ class _Result:
 def _run_profiler(cmd: list[str], timeout_s: float) -> _Result:
     # a session of its own, so that a timeout ends ncu *and* the program it profiles (and nothing else)
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cmd,
+        cwd=ROOT,
+        env=_child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
         return _Result(proc.returncode, out, err, False)
@@ -444,4 +469,3 @@ def run(spec: Spec, env: dict, device: str, log_line: Callable[[str], None], fil
     except (OSError, ValueError, KeyError) as exc:  # NcuOutputError and JSON errors are ValueErrors
         message = f"{type(exc).__name__}: {exc} | ncu: {_diagnosis(result)}"
         return planned_rows(points, env, "error", message[:2000])
-

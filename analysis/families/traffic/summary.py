@@ -16,17 +16,29 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
     df = tables.get("traffic")
     if df is None or df.empty:
         return []
-    out = [Line("kernels profiled under Nsight Compute (rows of the traffic table that finished)",
-                f"{int((df['status'] == 'ok').sum())} of {len(df)}")]  # fmt: skip
+    out = [
+        Line(
+            "kernels profiled under Nsight Compute (rows of the traffic table that finished)",
+            f"{int((df['status'] == 'ok').sum())} of {len(df)}",
+        )
+    ]
     results = Results({"gpu": df}, {"gpu": ""})
     naive = traffic_points(results, "gpu", "naive", 128)
     if len(naive):
         n = naive["seqlen"]
         coeff = (naive["bytes"] / (naive["batch"] * naive["heads"]) - models.minimum_attention_bytes(n, 128)) / (n * n)
-        out.append(Line("standard attention's DRAM bytes per N², beyond the L2 cache (d = 128; model 8, article 6)",
-                        span(coeff, ".2f", "")))  # fmt: skip
+        out.append(
+            Line(
+                "standard attention's DRAM bytes per N², beyond the L2 cache (d = 128; model 8, article 6)",
+                span(coeff, ".2f", ""),
+            )
+        )
     ours = traffic_points(results, "gpu", "ours-fa2", 128)
     if len(ours) >= 2:
-        out.append(Line("our FA-2's DRAM bytes grow as N^x (d = 128; O(N) is x = 1)",
-                        f"x = {loglog_slope(ours['seqlen'], ours['bytes']):.2f}"))  # fmt: skip
+        out.append(
+            Line(
+                "our FA-2's DRAM bytes grow as N^x (d = 128; O(N) is x = 1)",
+                f"x = {loglog_slope(ours['seqlen'], ours['bytes']):.2f}",
+            )
+        )
     return out

@@ -144,9 +144,18 @@ def run_points(points: list[dict], sidecar_path: str | Path, device: str = "cuda
                 harness.release_memory()
             sidecar["points"].append(rec)
             _write(sidecar_path, sidecar)
-            log.info("[%d/%d] %s %s N=%s d=%s %s: %s %s", i + 1, len(points), point["experiment"], point["impl"],
-                     point["seqlen"], point["head_dim"], point.get("config") or "", rec["status"],
-                     rec["message"][:120])  # fmt: skip
+            log.info(
+                "[%d/%d] %s %s N=%s d=%s %s: %s %s",
+                i + 1,
+                len(points),
+                point["experiment"],
+                point["impl"],
+                point["seqlen"],
+                point["head_dim"],
+                point.get("config") or "",
+                rec["status"],
+                rec["message"][:120],
+            )
     sidecar["finished"] = now_utc()
     _write(sidecar_path, sidecar)
     return sidecar

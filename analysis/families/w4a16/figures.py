@@ -36,11 +36,39 @@ def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
     def parity(ax, s):
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1.0, label="bf16 F.linear = 1")
 
-    line_panels(d, "shape", shapes, QUANT_ORDER, "m", "speedup", ("M (rows of x)", "speed-up over F.linear"),
-                 "weight-only quantised linear layers against bf16 F.linear", out_png, mark=parity,
-                 eager="eager_speedup")  # fmt: skip
-    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "host_ms",
-            "linear_ms", "speedup", "eager_speedup", "gbps", "max_abs_err", "quant_err", "kernel_config"]  # fmt: skip
+    line_panels(
+        d,
+        "shape",
+        shapes,
+        QUANT_ORDER,
+        "m",
+        "speedup",
+        ("M (rows of x)", "speed-up over F.linear"),
+        "weight-only quantised linear layers against bf16 F.linear",
+        out_png,
+        mark=parity,
+        eager="eager_speedup",
+    )
+    cols = [
+        "gpu",
+        "gpu_name",
+        "dtype",
+        "model",
+        "n",
+        "k",
+        "group_size",
+        "impl",
+        "m",
+        "ms_median",
+        "host_ms",
+        "linear_ms",
+        "speedup",
+        "eager_speedup",
+        "gbps",
+        "max_abs_err",
+        "quant_err",
+        "kernel_config",
+    ]
     return d[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
 
 
@@ -58,13 +86,41 @@ def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
     def ceiling(ax, s):
         copy = s["copy_gbps"].dropna()
         if len(copy):
-            ax.axhline(float(copy.iloc[0]), color="black", linestyle="--", linewidth=1.0,
-                       label="copy of the packed weight")  # fmt: skip
+            ax.axhline(
+                float(copy.iloc[0]), color="black", linestyle="--", linewidth=1.0, label="copy of the packed weight"
+            )
 
-    line_panels(lines, "shape", shapes, QUANT_ORDER, "m", "gbps", ("M (rows of x)", "GB/s on the weight bytes"),
-                 "bandwidth on the weight bytes read", out_png, mark=ceiling, eager="eager_gbps")  # fmt: skip
-    cols = ["gpu", "gpu_name", "dtype", "model", "n", "k", "group_size", "impl", "m", "ms_median", "host_ms",
-            "model_bytes", "gbps", "eager_gbps", "copy_gbps", "fraction_of_copy"]  # fmt: skip
+    line_panels(
+        lines,
+        "shape",
+        shapes,
+        QUANT_ORDER,
+        "m",
+        "gbps",
+        ("M (rows of x)", "GB/s on the weight bytes"),
+        "bandwidth on the weight bytes read",
+        out_png,
+        mark=ceiling,
+        eager="eager_gbps",
+    )
+    cols = [
+        "gpu",
+        "gpu_name",
+        "dtype",
+        "model",
+        "n",
+        "k",
+        "group_size",
+        "impl",
+        "m",
+        "ms_median",
+        "host_ms",
+        "model_bytes",
+        "gbps",
+        "eager_gbps",
+        "copy_gbps",
+        "fraction_of_copy",
+    ]
     return lines[cols].sort_values(["model", "impl", "m"]).reset_index(drop=True)
 
 

@@ -94,8 +94,17 @@ def shards(config: dict) -> dict[str, dict]:
         for dtype in q["dtypes"]:
             for g in q["group_sizes"]:
                 name = f"w4a16_{model}_{dtype}_g{g}" + ("_sym" if q["symmetric"] else "")
-                fields = dict(model=model, n=n, k=k, dtype=dtype, group_size=g, ms=list(q["ms"]),
-                              impls=list(q["impls"]), symmetric=bool(q["symmetric"]), **timing(q))  # fmt: skip
+                fields = dict(
+                    model=model,
+                    n=n,
+                    k=k,
+                    dtype=dtype,
+                    group_size=g,
+                    ms=list(q["ms"]),
+                    impls=list(q["impls"]),
+                    symmetric=bool(q["symmetric"]),
+                    **timing(q),
+                )
                 W4A16Spec(**fields)  # a bad combination fails when the workflow is planned, not in a GPU job
                 out[name] = fields
     return out

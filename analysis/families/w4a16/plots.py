@@ -18,8 +18,26 @@ import seaborn as sns
 
 from analysis.core.plotting import as_bool, floor_at_zero, gpu_label, log2_x, save, theme
 
-NUMERIC = ["m", "n", "k", "group_size", "experts", "top_k", "tokens", "ms_median", "ms_p20", "ms_p80", "host_ms",
-            "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err", "rel_err", "quant_err"]  # fmt: skip
+NUMERIC = [
+    "m",
+    "n",
+    "k",
+    "group_size",
+    "experts",
+    "top_k",
+    "tokens",
+    "ms_median",
+    "ms_p20",
+    "ms_p80",
+    "host_ms",
+    "tflops",
+    "model_bytes",
+    "gbps",
+    "peak_mem_mib",
+    "max_abs_err",
+    "rel_err",
+    "quant_err",
+]
 
 
 QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
@@ -90,9 +108,20 @@ def finish(fig, axes, title: str, out_png) -> None:
     save(fig, out_png)
 
 
-def line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str], x: str, value: str,
-                 labels: tuple[str, str], what: str, out_png, width: float = 4.0, mark=None,
-                 eager: str | None = None) -> None:  # fmt: skip
+def line_panels(
+    d: pd.DataFrame,
+    panel: str,
+    panels: list[str],
+    order: list[str],
+    x: str,
+    value: str,
+    labels: tuple[str, str],
+    what: str,
+    out_png,
+    width: float = 4.0,
+    mark=None,
+    eager: str | None = None,
+) -> None:
     """One panel per value of column ``panel`` (in the order of ``panels``): ``value`` against ``x`` on a log2
     axis, a line per implementation of ``order`` present (ours thicker), axes labelled ``labels`` (x, y) and
     the figure titled ``what``; ``mark(ax, rows)`` adds what a panel has besides (a reference line, a log
@@ -104,11 +133,25 @@ def line_panels(d: pd.DataFrame, panel: str, panels: list[str], order: list[str]
             s = d[d[panel] == name]
             for impl in [i for i in order if i in set(s["impl"])]:
                 line = s[s["impl"] == impl].sort_values(x)
-                ax.plot(line[x], line[value], marker=MARKERS[impl], color=COLOURS[impl], label=impl,
-                        linewidth=2.4 if impl in THICK else 1.4)  # fmt: skip
+                ax.plot(
+                    line[x],
+                    line[value],
+                    marker=MARKERS[impl],
+                    color=COLOURS[impl],
+                    label=impl,
+                    linewidth=2.4 if impl in THICK else 1.4,
+                )
                 if eager is not None and eager_differs(line[value], line[eager]).any():
-                    ax.plot(line[x], line[eager], marker=MARKERS[impl], color=COLOURS[impl], linestyle=":",
-                            fillstyle="none", linewidth=1.2, label=f"{impl}, eager call")  # fmt: skip
+                    ax.plot(
+                        line[x],
+                        line[eager],
+                        marker=MARKERS[impl],
+                        color=COLOURS[impl],
+                        linestyle=":",
+                        fillstyle="none",
+                        linewidth=1.2,
+                        label=f"{impl}, eager call",
+                    )
             if mark is not None:
                 mark(ax, s)
             floor_at_zero(ax)

@@ -5,9 +5,26 @@ from __future__ import annotations
 from analysis.core import points
 
 # the metric and telemetry columns of an operator row (NaN where a point does not measure one)
-METRICS = ("ms_median", "ms_p20", "ms_p80", "host_ms", "tflops", "model_bytes", "gbps", "peak_mem_mib", "max_abs_err",
-           "rms_err", "rel_err", "ref_err", "err_bound", "quant_err", "sm_clock_mhz", "mem_clock_mhz", "temp_c",
-           "power_w")  # fmt: skip
+METRICS = (
+    "ms_median",
+    "ms_p20",
+    "ms_p80",
+    "host_ms",
+    "tflops",
+    "model_bytes",
+    "gbps",
+    "peak_mem_mib",
+    "max_abs_err",
+    "rms_err",
+    "rel_err",
+    "ref_err",
+    "err_bound",
+    "quant_err",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temp_c",
+    "power_w",
+)
 
 
 def make_row(base: dict, impl: str, status: str, message: str, **metrics) -> dict:

@@ -87,16 +87,36 @@ def _config_text(m: int, spec: W4A16Spec, device) -> str:
     return str(w4a16.choose_config(m, spec.n, spec.k, sm_count=sms))
 
 
-def run(spec: W4A16Spec, env: dict, device: str = "cuda", log_line: Callable[[str], None] = log.info,
-        files=None, timed: bool = True) -> list[dict]:  # fmt: skip
+def run(
+    spec: W4A16Spec,
+    env: dict,
+    device: str = "cuda",
+    log_line: Callable[[str], None] = log.info,
+    files=None,
+    timed: bool = True,
+) -> list[dict]:
     """Measure every (M, implementation) point of ``spec``; rows of the operator table (ops.csv)."""
     from kernels import w4a16
 
     dtype = points.DTYPES[spec.dtype]
     prov = row_provenance(env)
-    base = dict(experiment=spec.experiment, family="w4a16", op="linear", dtype=spec.dtype, model=spec.model,
-                n=spec.n, k=spec.k, group_size=spec.group_size, experts=math.nan, top_k=math.nan, tokens=math.nan,
-                routing="", stage="total", timed=timed, **prov)  # fmt: skip
+    base = dict(
+        experiment=spec.experiment,
+        family="w4a16",
+        op="linear",
+        dtype=spec.dtype,
+        model=spec.model,
+        n=spec.n,
+        k=spec.k,
+        group_size=spec.group_size,
+        experts=math.nan,
+        top_k=math.nan,
+        tokens=math.nan,
+        routing="",
+        stage="total",
+        timed=timed,
+        **prov,
+    )
     impls = [i for i in spec.impls if i != "copy-weight"]
     progress = harness.Progress(len(spec.ms) * len(impls) + ("copy-weight" in spec.impls), log_line)
     gen = points.generator(device, spec.seed)
@@ -164,8 +184,7 @@ def run(spec: W4A16Spec, env: dict, device: str = "cuda", log_line: Callable[[st
                 status, message = int4pack.split("; ", 1)
                 row = make_row(mbase, impl, status, message)
             else:
-                row = _measure(spec, impl, fns[impl], x, xs, sample, exact, mbase, weight_bytes[impl], device,
-                               timed)  # fmt: skip
+                row = _measure(spec, impl, fns[impl], x, xs, sample, exact, mbase, weight_bytes[impl], device, timed)
             rows.append(row)
             extra = f" {row['gbps']:.0f} GB/s" if row["status"] == "ok" and timed else ""
             progress.step(f"{impl} M={m}", row["status"] + extra + points.short(row["message"]))
@@ -214,8 +233,7 @@ def _measure_copy(spec: W4A16Spec, pw, base: dict, timed: bool) -> dict:
         exact = torch.equal(src.clone(), src)
         metrics.update(max_abs_err=0.0 if exact else math.nan, rms_err=0.0 if exact else math.nan)
         if not exact:
-            return make_row(base, "copy-weight", "mismatch", "copy-weight: the copy differs from its source",
-                               **metrics)  # fmt: skip
+            return make_row(base, "copy-weight", "mismatch", "copy-weight: the copy differs from its source", **metrics)
         if timed:
             metrics.update(harness.measure(src.clone, spec.warmup_ms, spec.rep_ms))
             metrics["gbps"] = points.rate(metrics["model_bytes"], metrics["ms_median"], 1e9)

@@ -104,9 +104,11 @@ def test_exp4_close_without_naive_rows_is_untestable(claims):
 def test_exp4_close_far_below_the_official_kernel_is_not_close(claims):
     rows = []
     for n, flash in ((1024, 0.95), (16384, 0.5)):  # SDPA's FA-2 takes 0.95 / 0.5 of our time
-        rows += [fixture_row("ours-fa2", seqlen_q=n, seqlen_k=n, ms_median=1.0),
-                 fixture_row("naive", seqlen_q=n, seqlen_k=n, ms_median=5.0),
-                 fixture_row("sdpa-flash", seqlen_q=n, seqlen_k=n, ms_median=flash)]  # fmt: skip
+        rows += [
+            fixture_row("ours-fa2", seqlen_q=n, seqlen_k=n, ms_median=1.0),
+            fixture_row("naive", seqlen_q=n, seqlen_k=n, ms_median=5.0),
+            fixture_row("sdpa-flash", seqlen_q=n, seqlen_k=n, ms_median=flash),
+        ]
     parts = part_rows(audit_one(claims, "exp4-close", fixture_ctx(rows)))
     assert parts["vs-official"]["verdict"] == "partly" and parts["vs-naive"]["verdict"] == "holds"
 
@@ -140,8 +142,17 @@ def test_std_mfu_on_fixture(claims, tflops, expected):
 
 
 def _memory_row(impl: str, n: int, mib: float, ms: float, status: str = "ok") -> dict:
-    return fixture_row(impl, experiment="memory", batch=1, seqlen_q=n, seqlen_k=n, causal=False, peak_mem_mib=mib,
-                ms_median=ms, status=status)  # fmt: skip
+    return fixture_row(
+        impl,
+        experiment="memory",
+        batch=1,
+        seqlen_q=n,
+        seqlen_k=n,
+        causal=False,
+        peak_mem_mib=mib,
+        ms_median=ms,
+        status=status,
+    )
 
 
 def test_exp1_without_a_common_sequence_length_is_untestable(claims):
@@ -172,8 +183,16 @@ def _fa1_rows(speed: dict[int, float], saving: float) -> list[dict]:
     """FA-1 setting rows: naive takes ``speed[N]`` × ours-fa1's time and ``saving`` × its memory."""
     rows = []
     for n, s in speed.items():
-        common = dict(experiment="fa1-setting", mode="fwd+bwd", batch=8, heads=12, head_dim=64, seqlen_q=n,
-                      seqlen_k=n, causal=False)  # fmt: skip
+        common = dict(
+            experiment="fa1-setting",
+            mode="fwd+bwd",
+            batch=8,
+            heads=12,
+            head_dim=64,
+            seqlen_q=n,
+            seqlen_k=n,
+            causal=False,
+        )
         rows += [
             fixture_row("naive", ms_median=s, peak_mem_mib=100.0 * saving, **common),
             fixture_row("ours-fa1", ms_median=1.0, peak_mem_mib=100.0, **common),
@@ -222,8 +241,10 @@ def test_fa1_speed_mem_without_the_experiment_is_untestable(claims):
 def test_bwd_faster_range_edges(claims, naive_ms, expected):
     rows = []
     for n, naive in zip((1024, 8192), naive_ms, strict=True):
-        rows += [fixture_row(impl, mode="bwd", seqlen_q=n, seqlen_k=n, ms_median=ms)
-                 for impl, ms in (("naive", naive), ("ours-fa2", 1.0), ("sdpa-flash", 1.2))]  # fmt: skip
+        rows += [
+            fixture_row(impl, mode="bwd", seqlen_q=n, seqlen_k=n, ms_median=ms)
+            for impl, ms in (("naive", naive), ("ours-fa2", 1.0), ("sdpa-flash", 1.2))
+        ]
     # forward rows must not count: a 10× forward speed-up
     rows += [fixture_row("naive", ms_median=10.0), fixture_row("ours-fa2", ms_median=1.0)]
     row = measured_row(audit_one(claims, "bwd-faster", fixture_ctx(rows)))
@@ -242,8 +263,10 @@ def test_bwd_faster_range_edges(claims, naive_ms, expected):
 def test_break_even_512_on_fixture(claims, ours_ms, expected):
     rows = []
     for n, ms in ours_ms.items():
-        rows += [fixture_row("naive", mode="bwd", seqlen_q=n, seqlen_k=n, ms_median=1.0),
-                 fixture_row("ours-fa2", mode="bwd", seqlen_q=n, seqlen_k=n, ms_median=ms)]  # fmt: skip
+        rows += [
+            fixture_row("naive", mode="bwd", seqlen_q=n, seqlen_k=n, ms_median=1.0),
+            fixture_row("ours-fa2", mode="bwd", seqlen_q=n, seqlen_k=n, ms_median=ms),
+        ]
     row = measured_row(audit_one(claims, "break-even-512", fixture_ctx(rows)))
     assert row["verdict"] == expected
 
@@ -259,8 +282,10 @@ def test_break_even_512_on_fixture(claims, ours_ms, expected):
 def test_fa2_vs_fa1_on_fixture(claims, fa1_ms, expected):
     rows = []
     for n, ms in zip((1024, 4096), fa1_ms, strict=True):
-        rows += [fixture_row("ours-fa1", seqlen_q=n, seqlen_k=n, ms_median=ms),
-                 fixture_row("ours-fa2", seqlen_q=n, seqlen_k=n, ms_median=1.0)]  # fmt: skip
+        rows += [
+            fixture_row("ours-fa1", seqlen_q=n, seqlen_k=n, ms_median=ms),
+            fixture_row("ours-fa2", seqlen_q=n, seqlen_k=n, ms_median=1.0),
+        ]
     row = measured_row(audit_one(claims, "fa2-vs-fa1", fixture_ctx(rows)))
     assert row["verdict"] == expected
 

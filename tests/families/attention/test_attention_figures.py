@@ -13,10 +13,22 @@ from analysis.families.attention import experiment_figures, fa2_figures, plots
 
 matplotlib.use("Agg")
 
-CONFIGS = ["BLOCK_M=64,BLOCK_N=32,num_warps=4,num_stages=2", "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2",
-           "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=2"]  # fmt: skip
-NEW = ["attention_tflops_bwd", "attention_tflops_fwd_bwd", "attention_memory_fwd_bwd", "fa1_figure3", "gain_surface",
-       "block_sweep", "rescale_ablation", "decode_latency", "varlen_padding"]  # fmt: skip
+CONFIGS = [
+    "BLOCK_M=64,BLOCK_N=32,num_warps=4,num_stages=2",
+    "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2",
+    "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=2",
+]
+NEW = [
+    "attention_tflops_bwd",
+    "attention_tflops_fwd_bwd",
+    "attention_memory_fwd_bwd",
+    "fa1_figure3",
+    "gain_surface",
+    "block_sweep",
+    "rescale_ablation",
+    "decode_latency",
+    "varlen_padding",
+]
 
 
 def make_rows() -> list[dict]:
@@ -32,9 +44,20 @@ def make_rows() -> list[dict]:
         for n in (256, 1024, 4096, 16384):
             for impl, rel, mem in (("ours-fa2", 1.0, 1.0), ("ours-fa1", 2.0, 1.0), ("naive", 4.0, n / 64)):
                 status = "oom" if impl == "naive" and n == 16384 else "ok"
-                rows.append(attention_row("fa1-setting", impl, n, d=64, b=8, h=12, mode=mode, ms=rel * n / 256,
-                                          status=status,
-                                          peak_mem_mib=mem * n / 128 if status == "ok" else float("nan")))  # fmt: skip
+                rows.append(
+                    attention_row(
+                        "fa1-setting",
+                        impl,
+                        n,
+                        d=64,
+                        b=8,
+                        h=12,
+                        mode=mode,
+                        ms=rel * n / 256,
+                        status=status,
+                        peak_mem_mib=mem * n / 128 if status == "ok" else float("nan"),
+                    )
+                )
     for d in (32, 128, 256):  # gain surface, one point failed
         for n in (512, 4096):
             rows.append(attention_row("gain-surface", "ours-fa2", n, d=d, b=16384 // n, ms=n / 512))
@@ -45,8 +68,17 @@ def make_rows() -> list[dict]:
     for n in (4096, 16384):  # block sweep, the largest tile failed at N=16384
         for i, cfg in enumerate(CONFIGS):
             status = "error" if (i, n) == (2, 16384) else "ok"
-            rows.append(attention_row("block-sweep", "ours-fa2", n, b=16384 // n, ms=(1 + 0.2 * i) * n / 4096,
-                             status=status, kernel_config=cfg))  # fmt: skip
+            rows.append(
+                attention_row(
+                    "block-sweep",
+                    "ours-fa2",
+                    n,
+                    b=16384 // n,
+                    ms=(1 + 0.2 * i) * n / 4096,
+                    status=status,
+                    kernel_config=cfg,
+                )
+            )
     for dtype in ("float16", "bfloat16"):  # rescale ablation
         for n in (1024, 4096, 16384):
             rows.append(attention_row("rescale-ablation", "ours-fa2", n, b=16384 // n, ms=n / 1024, dtype=dtype))
@@ -57,8 +89,17 @@ def make_rows() -> list[dict]:
         for n in (4096, 16384, 32768):
             for impl, mib in (("ours-fa2", n / 100), ("sdpa-flash", n / 90), ("naive", n * n / 2**14)):
                 status = "oom" if impl == "naive" and n == 32768 else "ok"
-                rows.append(attention_row("memory", impl, n, mode=mode, ms=n / 1024, status=status,
-                                 peak_mem_mib=mib if status == "ok" else float("nan")))  # fmt: skip
+                rows.append(
+                    attention_row(
+                        "memory",
+                        impl,
+                        n,
+                        mode=mode,
+                        ms=n / 1024,
+                        status=status,
+                        peak_mem_mib=mib if status == "ok" else float("nan"),
+                    )
+                )
     for hk in (16, 2):  # decode; sdpa-cudnn refuses grouped-query heads
         for nk in (1024, 16384, 131072):
             kv = 2 * hk * nk * 128 * 2
@@ -67,14 +108,37 @@ def make_rows() -> list[dict]:
                 status = "unsupported" if impl == "sdpa-cudnn" and hk == 2 else "ok"
                 model = 2 * kv if impl == "copy-kv" else kv + 2 * 16 * 128 * 2
                 ms = model / bw * 1e3
-                rows.append(attention_row("decode", impl, 1, nk=nk, hk=hk, ms=ms, status=status, model_bytes=model,
-                                 gbps=model / (ms * 1e-3) / 1e9 if status == "ok" else float("nan"),
-                                 kernel_config="num_splits=16" if impl == "ours-decode" else ""))  # fmt: skip
+                rows.append(
+                    attention_row(
+                        "decode",
+                        impl,
+                        1,
+                        nk=nk,
+                        hk=hk,
+                        ms=ms,
+                        status=status,
+                        model_bytes=model,
+                        gbps=model / (ms * 1e-3) / 1e9 if status == "ok" else float("nan"),
+                        kernel_config="num_splits=16" if impl == "ours-decode" else "",
+                    )
+                )
     for mode in ("fwd", "fwd+bwd"):  # varlen, one batch; the padded SDPA run failed in fwd+bwd
         for impl, ms in (("ours-varlen", 1.0), ("ours-fa2-padded", 4.0), ("sdpa-efficient-padded", 9.0)):
             status = "error" if impl == "sdpa-efficient-padded" and mode == "fwd+bwd" else "ok"
-            rows.append(attention_row("varlen", impl, 3772, b=16, mode=mode, causal=True, ms=ms, status=status,
-                                      tokens=17741, pad_waste=0.85))  # fmt: skip
+            rows.append(
+                attention_row(
+                    "varlen",
+                    impl,
+                    3772,
+                    b=16,
+                    mode=mode,
+                    causal=True,
+                    ms=ms,
+                    status=status,
+                    tokens=17741,
+                    pad_waste=0.85,
+                )
+            )
     return rows
 
 
@@ -171,8 +235,11 @@ def test_render_all_sections_and_report_groups_figures(table, tmp_path):
     assert by_name["gain_surface"]["section"] == "gain-surface" and by_name["decode_latency"]["section"] == "decode"
     assert all(e["section"] in dict(registry.family("attention").sections) for e in entries)
     out = tmp_path / "report.html"
-    report.render_report(out, [{"slug": "h200", "source": "test", "provenance": {}, "figures": entries,
-                                "tables": {"attention": table}}], None)  # fmt: skip
+    report.render_report(
+        out,
+        [{"slug": "h200", "source": "test", "provenance": {}, "figures": entries, "tables": {"attention": table}}],
+        None,
+    )
     html = out.read_text(encoding="utf-8")
     positions = [html.index(f'id="sec-h200-{s}"') for s in ("fa2-setting", "fa1-setting", "gain-surface", "decode")]
     assert positions == sorted(positions)

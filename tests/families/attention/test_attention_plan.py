@@ -39,8 +39,20 @@ def test_block_sweep_reuses_the_traffic_configs_unless_given():
 
 
 def test_disabled_experiments_make_no_shards():
-    off = {k: {"enabled": False} for k in ("fa1_setting", "gain_surface", "block_sweep", "rescale_ablation",
-                                          "decode", "varlen", "memory", "fa2_setting", "fa3_ablation")}  # fmt: skip
+    off = {
+        k: {"enabled": False}
+        for k in (
+            "fa1_setting",
+            "gain_surface",
+            "block_sweep",
+            "rescale_ablation",
+            "decode",
+            "varlen",
+            "memory",
+            "fa2_setting",
+            "fa3_ablation",
+        )
+    }
     assert plan.shards(_config(**off)) == {}
     config = copy.deepcopy(DEFAULT)
     config["attention"]["enabled"] = False  # the whole family off

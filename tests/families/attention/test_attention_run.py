@@ -32,8 +32,17 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _spec(**kw) -> plan.Spec:
-    fields = dict(experiment="fa2-setting", dtype="float16", head_dim=16, causal=True, seqlens=[40],
-                  impls=["ours-fa2", "naive"], tokens=80, hidden=32, check_rows=16)  # fmt: skip
+    fields = dict(
+        experiment="fa2-setting",
+        dtype="float16",
+        head_dim=16,
+        causal=True,
+        seqlens=[40],
+        impls=["ours-fa2", "naive"],
+        tokens=80,
+        hidden=32,
+        check_rows=16,
+    )
     fields.update(kw)
     return plan.Spec(**fields)
 
@@ -56,26 +65,26 @@ def _run(spec, env, lines=None):
         pytest.param({"impls": ["copy-kv"]}, r"implementations \['copy-kv'\] do not belong", id="copy-kv-elsewhere"),
         pytest.param(
             {"experiment": "decode", "mode": "bwd", "impls": ["ours-decode"]}, "forward pass only", id="decode-bwd"
-        ),  # fmt: skip
+        ),
         pytest.param({"experiment": "block-sweep", "impls": ["ours-fa2"]}, "needs a list of configs", id="no-configs"),
         pytest.param(
             {"experiment": "block-sweep", "impls": ["ours-fa2"], "configs": ["BLOCK_M=64"]},
             "cannot parse FA-2 config 'BLOCK_M=64'",
             id="sweep-bad-config",
-        ),  # fmt: skip
+        ),
         pytest.param(
             {"configs": ["BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=2"]},
             "apply to block-sweep only",
             id="configs-elsewhere",
-        ),  # fmt: skip
+        ),
         pytest.param(
             {"experiment": "memory", "heads": 16, "heads_kv": 3}, "heads_kv 3 must divide heads 16", id="heads-kv"
-        ),  # fmt: skip
+        ),
         pytest.param(
             {"experiment": "varlen", "impls": ["ours-varlen"], "seqlens": []},
             "at least one sequence",
             id="varlen-empty",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_spec_validation(overrides, match):
@@ -91,25 +100,25 @@ def test_spec_validation(overrides, match):
             0,
             (32, 16, 512, 512),
             id="gain-surface",
-        ),  # fmt: skip
+        ),
         pytest.param(
             dict(experiment="rescale-ablation", head_dim=64, seqlens=[4096]),
             0,
             (4, 32, 4096, 4096),
             id="rescale-fa2-shapes",
-        ),  # fmt: skip
+        ),
         pytest.param(
             dict(experiment="fa1-setting", head_dim=64, seqlens=[128, 8192], batch=8, heads=12),
             1,
             (8, 12, 8192, 8192),
             id="fa1-setting",
-        ),  # fmt: skip
+        ),
         pytest.param(
             dict(experiment="decode", head_dim=128, seqlens=[1, 1], seqlen_k=[1024, 131072], heads=16, heads_kv=2),
             1,
             (1, 16, 1, 131072),
             id="decode",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_spec_shapes(fields, index, expected):
@@ -224,8 +233,15 @@ def test_fa1_setting_records_out_of_memory_as_a_row(env, fake_timing, monkeypatc
         return fn
 
     monkeypatch.setattr(measure, "implementation", naive_runs_out)
-    spec = _spec(experiment="fa1-setting", mode="fwd+bwd", causal=False, batch=1, heads=2, seqlens=[24, 40],
-                 impls=["ours-fa2", "ours-fa1", "naive", "sdpa-math"])  # fmt: skip
+    spec = _spec(
+        experiment="fa1-setting",
+        mode="fwd+bwd",
+        causal=False,
+        batch=1,
+        heads=2,
+        seqlens=[24, 40],
+        impls=["ours-fa2", "ours-fa1", "naive", "sdpa-math"],
+    )
     rows = _run(spec, env)
     assert [(r["seqlen_q"], r["impl"], r["status"]) for r in rows] == [
         (n, impl, "oom" if impl == "naive" else "ok") for n in (24, 40) for impl in spec.impls
@@ -259,8 +275,16 @@ def test_rescale_ablation(env, fake_timing):
 
 def test_decode(env, fake_timing):
     impls = ["ours-decode", "ours-decode-unsplit", "ours-fa2", "naive", "sdpa-math", "copy-kv"]
-    spec = _spec(experiment="decode", impls=impls, causal=False, head_dim=32, heads=4, heads_kv=2,
-                 seqlens=[1, 3], seqlen_k=[100, 160])  # fmt: skip
+    spec = _spec(
+        experiment="decode",
+        impls=impls,
+        causal=False,
+        head_dim=32,
+        heads=4,
+        heads_kv=2,
+        seqlens=[1, 3],
+        seqlen_k=[100, 160],
+    )
     rows = _run(spec, env)
     assert [(r["seqlen_q"], r["seqlen_k"], r["impl"]) for r in rows] == [
         (nq, nk, impl) for nq, nk in ((1, 100), (3, 160)) for impl in impls
@@ -292,8 +316,7 @@ def test_varlen(mode, causal, env, fake_timing, monkeypatch):
 
     monkeypatch.setattr(varlen, "PADDED_SDPA_BACKEND", "MATH")  # the efficient backend has no CPU kernel
     lengths = [17, 40, 5]
-    spec = _spec(experiment="varlen", impls=list(plan.VARLEN_IMPLS), causal=causal, mode=mode, heads=2,
-                 seqlens=lengths)  # fmt: skip
+    spec = _spec(experiment="varlen", impls=list(plan.VARLEN_IMPLS), causal=causal, mode=mode, heads=2, seqlens=lengths)
     rows = _run(spec, env)
     by_impl = {r["impl"]: r for r in rows}
     useful, padded = varlen.useful_and_padded_flops(lengths, 2, 16, causal, mode)

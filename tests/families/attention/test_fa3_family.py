@@ -34,13 +34,35 @@ def test_every_fa3_name_is_an_implementation():
 
 
 def test_ablation_shards_from_the_config():
-    att = {"warmup_ms": 25, "rep_ms": 100, "check_rows": 128,
-           "fa3_ablation": {"enabled": True, "tokens": 16384, "hidden": 2048, "dtype": "float16",
-                            "head_dims": [64, 128], "causal": [False], "seqlens": [8192],
-                            "impls": list(spec.FA3_IMPLS) + ["ours-fa2"],
-                            "warmup_ms": None, "rep_ms": None}}  # fmt: skip
-    for key in ("fa2_setting", "fa1_setting", "gain_surface", "block_sweep", "rescale_ablation", "memory", "decode",
-                "fp8_speed", "fp8_accuracy", "varlen"):  # fmt: skip
+    att = {
+        "warmup_ms": 25,
+        "rep_ms": 100,
+        "check_rows": 128,
+        "fa3_ablation": {
+            "enabled": True,
+            "tokens": 16384,
+            "hidden": 2048,
+            "dtype": "float16",
+            "head_dims": [64, 128],
+            "causal": [False],
+            "seqlens": [8192],
+            "impls": list(spec.FA3_IMPLS) + ["ours-fa2"],
+            "warmup_ms": None,
+            "rep_ms": None,
+        },
+    }
+    for key in (
+        "fa2_setting",
+        "fa1_setting",
+        "gain_surface",
+        "block_sweep",
+        "rescale_ablation",
+        "memory",
+        "decode",
+        "fp8_speed",
+        "fp8_accuracy",
+        "varlen",
+    ):
         att[key] = {"enabled": False, "configs": None}
     shards = plan.shards({"attention": att, "traffic": {"block_sweep": {"configs": []}}})
     assert sorted(shards) == ["fa3-ablation_float16_d128_full", "fa3-ablation_float16_d64_full"]
@@ -57,14 +79,21 @@ def _table() -> pd.DataFrame:
     for dtype in ("float16", "bfloat16"):
         for causal in (False, True):
             for n in (1024, 4096, 16384):
-                for impl, tf in (("ours-fa1", 60), ("ours-fa2", 450), ("ours-fa3", 600), ("sdpa-cudnn", 590),
-                                 ("sdpa-flash", 340), ("naive", 120)):  # fmt: skip
+                for impl, tf in (
+                    ("ours-fa1", 60),
+                    ("ours-fa2", 450),
+                    ("ours-fa3", 600),
+                    ("sdpa-cudnn", 590),
+                    ("sdpa-flash", 340),
+                    ("naive", 120),
+                ):
                     if impl == "ours-fa1" and dtype == "bfloat16":
                         continue
                     status = "unsupported" if (impl, n, causal) == ("ours-fa3", 1024, True) else "ok"
                     ms = 4 * (16384 // n) * 16 * n * n * 128 / (2 if causal else 1) / (tf * 1e12) * 1e3
-                    rows.append(_row("fa2-setting", impl, n, b=16384 // n, causal=causal, ms=ms, status=status,
-                                     dtype=dtype))  # fmt: skip
+                    rows.append(
+                        _row("fa2-setting", impl, n, b=16384 // n, causal=causal, ms=ms, status=status, dtype=dtype)
+                    )
     for d in (64, 128):
         impls = fa3_figures.ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"]
         for impl, tf in zip(impls, (600, 590, 570, 480, 430, 450, 590), strict=True):

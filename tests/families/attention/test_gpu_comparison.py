@@ -56,8 +56,15 @@ def test_report_shows_the_comparison(two_gpus, tmp_path):
         pipeline.render_figures("attention", table, tmp_path / slug)
         env = tmp_path / f"{slug}-environment.json"  # each GPU type's own environment (the report checks)
         env.write_text(json.dumps({**shipped_env, "gpu": slug}))
-        gpus.append({"slug": slug, "source": "fixture", "tables": {"attention": table}, "figures": [tmp_path / slug],
-                     "environment": env})  # fmt: skip
+        gpus.append(
+            {
+                "slug": slug,
+                "source": "fixture",
+                "tables": {"attention": table},
+                "figures": [tmp_path / slug],
+                "environment": env,
+            }
+        )
     html = pipeline.render_report(gpus, None, tmp_path / "r.html", None, [tmp_path / "compare"]).read_text()
     assert 'id="gpu-comparison"' in html
     assert "GPU types side by side" in html

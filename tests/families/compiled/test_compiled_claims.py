@@ -12,10 +12,25 @@ from analysis.audit import ANALYTIC, Context, Results
 
 
 def _compiled_row(experiment, variant, target="sm_90", **facts) -> dict:
-    base = dict(experiment=experiment, kernel="fa2" if experiment == "mma-issue" else "fa3", target=target,
-                head_dim=128, dtype="bfloat16", causal=False, variant=variant, tile_m=64, tile_n=128,
-                status="ok", message="", load_loop_spills=0, load_loop_instructions=0, load_loop_tma=0,
-                load_loop_thread_loads=0, loop_mma=16, setmaxnreg="")  # fmt: skip
+    base = dict(
+        experiment=experiment,
+        kernel="fa2" if experiment == "mma-issue" else "fa3",
+        target=target,
+        head_dim=128,
+        dtype="bfloat16",
+        causal=False,
+        variant=variant,
+        tile_m=64,
+        tile_n=128,
+        status="ok",
+        message="",
+        load_loop_spills=0,
+        load_loop_instructions=0,
+        load_loop_tma=0,
+        load_loop_thread_loads=0,
+        loop_mma=16,
+        setmaxnreg="",
+    )
     return {**base, **facts}
 
 
@@ -40,22 +55,28 @@ def test_compiled_claims_without_the_table_are_untestable(claims):
 
 @pytest.mark.parametrize(
     "cp_spills, verdict, observed",
-    [((3, 2, 0), "partly", "33–48 registers"),  # spills at 56, none at 72: saves 33–48, overlapping 30–40
-     ((3, 0, 0), "partly", "17–32 registers"),  # none at 56: 17–32 overlaps 30–40 without lying inside it
-     ((0, 0, 0), "untestable", "")],  # never spills: no lower bound on what it needs
-)  # fmt: skip
+    [
+        ((3, 2, 0), "partly", "33–48 registers"),  # spills at 56, none at 72: saves 33–48, overlapping 30–40
+        ((3, 0, 0), "partly", "17–32 registers"),  # none at 56: 17–32 overlaps 30–40 without lying inside it
+        ((0, 0, 0), "untestable", ""),
+    ],  # never spills: no lower bound on what it needs
+)
 def test_tma_registers_from_the_spill_boundary(claims, cp_spills, verdict, observed):
     rows = [_compiled_row("producer-registers", "fa3", producer_regs=r, setmaxnreg=f"{r}/240") for r in (24, 40, 56)]
-    rows += [_compiled_row("producer-registers", "no-tma", producer_regs=r, setmaxnreg=f"{r}/224",
-                           load_loop_spills=s) for r, s in zip((40, 56, 72), cp_spills, strict=True)]  # fmt: skip
+    rows += [
+        _compiled_row("producer-registers", "no-tma", producer_regs=r, setmaxnreg=f"{r}/224", load_loop_spills=s)
+        for r, s in zip((40, 56, 72), cp_spills, strict=True)
+    ]
     row = _judge("tma-registers", _claims_ctx(rows), claims).iloc[0]
     assert row["verdict"] == verdict, row
     assert row["observed"].startswith(observed)
 
 
 def test_wgmma_issue_counts_mma_instructions_per_tile(claims):
-    rows = [_compiled_row("mma-issue", "sm_90", target="sm_90", loop_mma=16, tile_m=128),
-            _compiled_row("mma-issue", "sm_80", target="sm_80", loop_mma=256, tile_m=128)]  # fmt: skip
+    rows = [
+        _compiled_row("mma-issue", "sm_90", target="sm_90", loop_mma=16, tile_m=128),
+        _compiled_row("mma-issue", "sm_80", target="sm_80", loop_mma=256, tile_m=128),
+    ]
     row = _judge("wgmma-issue", _claims_ctx(rows), claims).iloc[0]
     assert row["verdict"] == "partly" and row["observed"].startswith("16× fewer"), row  # fewer, not 4×
     rows[1]["loop_mma"] = 64
@@ -63,9 +84,10 @@ def test_wgmma_issue_counts_mma_instructions_per_tile(claims):
 
 
 def test_tma_issue_slots_compares_the_producer_loops(claims):
-    rows = [_compiled_row("fa3-schedules", "fa3", load_loop_instructions=39, load_loop_tma=2),
-            _compiled_row("fa3-schedules", "no-tma", load_loop_instructions=395,
-                          load_loop_thread_loads=32)]  # fmt: skip
+    rows = [
+        _compiled_row("fa3-schedules", "fa3", load_loop_instructions=39, load_loop_tma=2),
+        _compiled_row("fa3-schedules", "no-tma", load_loop_instructions=395, load_loop_thread_loads=32),
+    ]
     row = _judge("tma-issue-slots", _claims_ctx(rows), claims).iloc[0]
     assert row["verdict"] == "holds" and row["observed"].startswith("10.1× more"), row
 

@@ -13,9 +13,12 @@ from analysis import audit
 
 def _fp8_speed_rows(fp8_mm=1440.0, bf16_mm=790.0, ours_ms=0.65, fa2_ms=1.0):
     common = dict(experiment="fp8-speed", dtype="bfloat16", seqlen_q=4096, seqlen_k=4096, causal=False)
-    return [fixture_row("fp8-mm", tflops=fp8_mm, **common), fixture_row("bf16-mm", tflops=bf16_mm, **common),
-            fixture_row("ours-fp8-block", ms_median=ours_ms, tflops=700.0, **common),
-            fixture_row("ours-fa2", ms_median=fa2_ms, tflops=470.0, **common)]  # fmt: skip
+    return [
+        fixture_row("fp8-mm", tflops=fp8_mm, **common),
+        fixture_row("bf16-mm", tflops=bf16_mm, **common),
+        fixture_row("ours-fp8-block", ms_median=ours_ms, tflops=700.0, **common),
+        fixture_row("ours-fa2", ms_median=fa2_ms, tflops=470.0, **common),
+    ]
 
 
 @pytest.mark.parametrize("fp8_mm, expected", [(1580.0, "holds"), (1440.0, "partly"), (700.0, "fails")])
@@ -29,8 +32,19 @@ def test_fp8_2pf_measured_gemm_ratio(claims, fp8_mm, expected):
 
 
 def _acc_row(impl, rms, inputs="normal", under=math.nan, mass=math.nan, n=8192):
-    return fixture_row(impl, experiment="fp8-accuracy", timed=False, ms_median=math.nan, tflops=math.nan, rms_err=rms,
-                inputs=inputs, p_underflow=under, p_mass_lost=mass, seqlen_q=n, seqlen_k=n)  # fmt: skip
+    return fixture_row(
+        impl,
+        experiment="fp8-accuracy",
+        timed=False,
+        ms_median=math.nan,
+        tflops=math.nan,
+        rms_err=rms,
+        inputs=inputs,
+        p_underflow=under,
+        p_mass_lost=mass,
+        seqlen_q=n,
+        seqlen_k=n,
+    )
 
 
 @pytest.mark.parametrize(
@@ -44,7 +58,7 @@ def test_fp8_accuracy_measured(claims, p1_rms, p1_under, expected):
         _acc_row("ours-fp8-block", 1.0e-2, under=0.0, mass=0.0),
         _acc_row("ours-fp8-block-p1", p1_rms, under=p1_under, mass=1e-4),
         _acc_row("ours-fp8-block-p1", 5e-1, under=0.0, mass=0.0, n=1024),
-    ]  # fmt: skip  (smaller N: ignored)
+    ]  # smaller N: ignored
     df = audit_one(claims, "fp8-accuracy", fixture_ctx(rows))
     assert df[df["gpu"] == audit.ANALYTIC].iloc[0]["verdict"] == "holds"  # 2⁻⁹
     assert measured_row(df)["verdict"] == expected
@@ -63,10 +77,13 @@ def test_fp8_accuracy_without_rows_keeps_the_analytic_verdict_and_marks_gpu_unte
 
 @pytest.mark.parametrize(
     "normal, large, expected",
-    [((3e-2, 1e-2), (5e-1, 1e-2), "holds"), ((1e-2, 1e-2), (5e-1, 1e-2), "partly"),
-     ((1e-2, 1e-2), (1e-2, 1e-2), "fails")],
+    [
+        ((3e-2, 1e-2), (5e-1, 1e-2), "holds"),
+        ((1e-2, 1e-2), (5e-1, 1e-2), "partly"),
+        ((1e-2, 1e-2), (1e-2, 1e-2), "fails"),
+    ],
     ids=["always", "only-large", "never"],
-)  # fmt: skip
+)
 def test_fp8_scales(claims, normal, large, expected):
     rows = [
         _acc_row("ours-fp8-none", normal[0]),
@@ -74,7 +91,7 @@ def test_fp8_scales(claims, normal, large, expected):
         _acc_row("ours-fp8-none", large[0], inputs="large"),
         _acc_row("ours-fp8-tensor", large[1], inputs="large"),
     ]
-    row = measured_row(audit_one(claims, "fp8-scales", fixture_ctx(rows)))  # fmt: skip
+    row = measured_row(audit_one(claims, "fp8-scales", fixture_ctx(rows)))
     assert row["verdict"] == expected
     assert "large" in row["observed"]
 

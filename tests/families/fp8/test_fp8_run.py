@@ -15,8 +15,15 @@ from analysis.families.fp8 import run as fp8
 from analysis.families.fp8.plan import Fp8Spec as Spec
 from kernels.attention import reference
 
-ACC_IMPLS = ["naive", "ours-fa2", "ours-fp8-none", "ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-rot",
-             "ours-fp8-block-p1"]  # fmt: skip
+ACC_IMPLS = [
+    "naive",
+    "ours-fa2",
+    "ours-fp8-none",
+    "ours-fp8-tensor",
+    "ours-fp8-block",
+    "ours-fp8-block-rot",
+    "ours-fp8-block-p1",
+]
 
 
 def test_parse_impl():
@@ -29,8 +36,15 @@ def test_parse_impl():
     assert fp8.parse_impl("ours-fp8-block-no-tma") == ("block", False, 256.0, "auto", False, "no-tma")
     assert fp8.parse_impl("ours-fp8-block-fa3") == ("block", False, 256.0, "auto", False, "fa3")
     assert fp8.parse_impl("ours-fp8-block-no-pingpong-e2e").schedule == "no-pingpong"
-    for bad in ("ours-fa2", "ours-fp8-channel", "ours-fp8-", "ours-fp8-block-e2e-triton", "ours-fp8-e2e",
-                "ours-fp8-no-tma", "ours-fp8-block-no-such-switch"):  # fmt: skip
+    for bad in (
+        "ours-fa2",
+        "ours-fp8-channel",
+        "ours-fp8-",
+        "ours-fp8-block-e2e-triton",
+        "ours-fp8-e2e",
+        "ours-fp8-no-tma",
+        "ours-fp8-block-no-such-switch",
+    ):
         with pytest.raises(ValueError, match="not an FP8"):
             fp8.parse_impl(bad)
     for name in ("ours-fp8-block-no-tma-triton", "ours-fp8-block-fa3-triton"):
@@ -56,18 +70,45 @@ def test_ablation_shards_and_their_cpu_rows(env):
     its switch rows are unsupported, naming the kernel they need, and the plain FP8 row runs the Triton one."""
     from analysis.families.fp8 import plan
 
-    timed = {"enabled": True, "tokens": 16384, "hidden": 2048, "dtype": "bfloat16", "head_dims": [64, 128],
-             "causal": [False], "seqlens": [8192], "impls": ["ours-fp8-block", "ours-fp8-block-no-tma", "ours-fa3"],
-             "check_rows": 128, "warmup_ms": 25, "rep_ms": 100}  # fmt: skip
-    shards = plan.shards({"fp8": {"speed": {**timed, "enabled": False}, "ablation": timed,
-                                  "accuracy": {"enabled": False}}})  # fmt: skip
+    timed = {
+        "enabled": True,
+        "tokens": 16384,
+        "hidden": 2048,
+        "dtype": "bfloat16",
+        "head_dims": [64, 128],
+        "causal": [False],
+        "seqlens": [8192],
+        "impls": ["ours-fp8-block", "ours-fp8-block-no-tma", "ours-fa3"],
+        "check_rows": 128,
+        "warmup_ms": 25,
+        "rep_ms": 100,
+    }
+    shards = plan.shards(
+        {"fp8": {"speed": {**timed, "enabled": False}, "ablation": timed, "accuracy": {"enabled": False}}}
+    )
     assert sorted(shards) == ["fp8-ablation_bfloat16_d128_full", "fp8-ablation_bfloat16_d64_full"]
     assert Spec(**shards["fp8-ablation_bfloat16_d128_full"]).shape(0) == (2, 16, 8192, 8192)
     with pytest.raises(ValueError, match="fp8.ablation"):
-        plan.shards({"fp8": {"speed": {**timed, "enabled": False}, "accuracy": {"enabled": False},
-                             "ablation": {**timed, "impls": ["ours-fp8-block-triton-e2e"]}}})  # fmt: skip
-    spec = Spec(experiment="fp8-ablation", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
-                hidden=64, impls=["ours-fp8-block", "ours-fp8-block-no-overlap"], check_rows=16)  # fmt: skip
+        plan.shards(
+            {
+                "fp8": {
+                    "speed": {**timed, "enabled": False},
+                    "accuracy": {"enabled": False},
+                    "ablation": {**timed, "impls": ["ours-fp8-block-triton-e2e"]},
+                }
+            }
+        )
+    spec = Spec(
+        experiment="fp8-ablation",
+        dtype="float16",
+        head_dim=32,
+        causal=False,
+        seqlens=[64],
+        tokens=128,
+        hidden=64,
+        impls=["ours-fp8-block", "ours-fp8-block-no-overlap"],
+        check_rows=16,
+    )
     df = ATTENTION.frame(fp8.run(spec, env, device="cpu", log_line=lambda s: None)).set_index("impl")
     assert df.loc["ours-fp8-block", "status"] == "ok" and not df["timed"].any()
     assert df.loc["ours-fp8-block-no-overlap", "status"] == "unsupported"
@@ -93,11 +134,25 @@ def test_make_inputs(kind):
 
 def test_spec_checks_inputs():
     with pytest.raises(ValueError, match="unknown inputs"):
-        Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=False, seqlens=[8], impls=["naive"],
-             inputs="weird")  # fmt: skip
+        Spec(
+            experiment="fp8-accuracy",
+            dtype="float16",
+            head_dim=32,
+            causal=False,
+            seqlens=[8],
+            impls=["naive"],
+            inputs="weird",
+        )
     with pytest.raises(ValueError, match="apply to fp8-accuracy only"):
-        Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[8], impls=["naive"],
-             inputs="outliers")  # fmt: skip
+        Spec(
+            experiment="fp8-speed",
+            dtype="float16",
+            head_dim=32,
+            causal=False,
+            seqlens=[8],
+            impls=["naive"],
+            inputs="outliers",
+        )
 
 
 def test_accuracy_rows(env):
@@ -105,8 +160,18 @@ def test_accuracy_rows(env):
     inputs; only FP8 rows carry P's underflow."""
     rows = []
     for kind in ("normal", "small"):
-        spec = Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=True, seqlens=[70, 130],
-                    batch=1, heads=2, impls=ACC_IMPLS, inputs=kind, check_rows=32)  # fmt: skip
+        spec = Spec(
+            experiment="fp8-accuracy",
+            dtype="float16",
+            head_dim=32,
+            causal=True,
+            seqlens=[70, 130],
+            batch=1,
+            heads=2,
+            impls=ACC_IMPLS,
+            inputs=kind,
+            check_rows=32,
+        )
         rows += fp8.run(spec, env, device="cpu", log_line=lambda s: None)
     df = ATTENTION.frame(rows)
     assert (df["status"] == "ok").all() and not df["timed"].any()
@@ -123,8 +188,17 @@ def test_accuracy_rows(env):
 def test_accuracy_rows_report_p_underflow_per_p_scale(env):
     """Sharp softmax rows (Q × 3, scores of spread 3): without P's scale e4m3 flushes a share of P; the
     scale of 256 keeps most of it, and the flushed share of the mass is what the rows say it is."""
-    spec = Spec(experiment="fp8-accuracy", dtype="float16", head_dim=32, causal=False, seqlens=[130], batch=1,
-                heads=2, impls=["ours-fp8-block"], check_rows=32)  # fmt: skip
+    spec = Spec(
+        experiment="fp8-accuracy",
+        dtype="float16",
+        head_dim=32,
+        causal=False,
+        seqlens=[130],
+        batch=1,
+        heads=2,
+        impls=["ours-fp8-block"],
+        check_rows=32,
+    )
     gen = torch.Generator().manual_seed(4)
     q, k, v = fp8.make_inputs("normal", [(1, 2, 130, 32)] * 3, torch.float16, "cpu", gen)
     q = q * 3
@@ -140,10 +214,25 @@ def test_accuracy_rows_report_p_underflow_per_p_scale(env):
 
 
 def test_speed_rows_on_cpu_are_gated_not_timed(env):
-    spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
-                hidden=64, impls=["ours-fp8-tensor", "ours-fp8-block", "ours-fp8-block-e2e",
-                                  "ours-fp8-tensor-triton-e2e", "ours-fa2", "fp8-mm", "bf16-mm"],
-                check_rows=16)  # fmt: skip
+    spec = Spec(
+        experiment="fp8-speed",
+        dtype="float16",
+        head_dim=32,
+        causal=False,
+        seqlens=[64],
+        tokens=128,
+        hidden=64,
+        impls=[
+            "ours-fp8-tensor",
+            "ours-fp8-block",
+            "ours-fp8-block-e2e",
+            "ours-fp8-tensor-triton-e2e",
+            "ours-fa2",
+            "fp8-mm",
+            "bf16-mm",
+        ],
+        check_rows=16,
+    )
     df = ATTENTION.frame(fp8.run(spec, env, device="cpu", log_line=lambda s: None))
     assert (df["status"] == "ok").all(), df[["impl", "status", "message"]]
     assert not df["timed"].any() and df["tflops"].isna().all()
@@ -165,8 +254,17 @@ def test_quantiser_and_copy_rows_on_cpu(env, monkeypatch):
     writes wrong values or wrong descales is a mismatch row, naming the tensor."""
     from kernels.attention import fp8 as kernels_fp8
 
-    spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
-                hidden=64, impls=["fp8-quantize-block", "fp8-quantize-tensor", "copy-qkv"], check_rows=16)  # fmt: skip
+    spec = Spec(
+        experiment="fp8-speed",
+        dtype="float16",
+        head_dim=32,
+        causal=False,
+        seqlens=[64],
+        tokens=128,
+        hidden=64,
+        impls=["fp8-quantize-block", "fp8-quantize-tensor", "copy-qkv"],
+        check_rows=16,
+    )
     df = ATTENTION.frame(fp8.run(spec, env, device="cpu", log_line=lambda s: None)).set_index("impl")
     assert (df["status"] == "ok").all(), df[["status", "message"]]
     elements = 2 * 2 * 64 * 32  # batch 2, heads 2, N 64, d 32 per tensor
@@ -185,12 +283,22 @@ def test_quantiser_and_copy_rows_on_cpu(env, monkeypatch):
         def broken(*args, **kwargs):
             q8, k8, v8, qs, ks, vs = real(*args, **kwargs)
             return q8, k8, (v8.float() * value_factor).to(v8.dtype), qs, ks * scale_factor, vs
+
         return broken
 
     for broken, what in ((off_by(2.0, 1.0), "k's descales"), (off_by(1.0, 0.5), "of v's values")):
         monkeypatch.setattr(kernels_fp8, "quantize_qkv", broken)
-        spec = Spec(experiment="fp8-speed", dtype="float16", head_dim=32, causal=False, seqlens=[64], tokens=128,
-                    hidden=64, impls=["fp8-quantize-block"], check_rows=16)  # fmt: skip
+        spec = Spec(
+            experiment="fp8-speed",
+            dtype="float16",
+            head_dim=32,
+            causal=False,
+            seqlens=[64],
+            tokens=128,
+            hidden=64,
+            impls=["fp8-quantize-block"],
+            check_rows=16,
+        )
         (row,) = fp8.run(spec, env, device="cpu", log_line=lambda s: None)
         assert row["status"] == "mismatch" and what in row["message"], row["message"]
 
@@ -198,8 +306,16 @@ def test_quantiser_and_copy_rows_on_cpu(env, monkeypatch):
 def test_fp8_ceiling_is_unsupported_without_fp8_tensor_cores(env, monkeypatch):
     """On a GPU of compute capability < 8.9 the fp8-mm row says why it was not measured (before any work)."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    spec = Spec(experiment="fp8-speed", dtype="bfloat16", head_dim=32, causal=False, seqlens=[64], tokens=64,
-                hidden=32, impls=["fp8-mm"])  # fmt: skip
+    spec = Spec(
+        experiment="fp8-speed",
+        dtype="bfloat16",
+        head_dim=32,
+        causal=False,
+        seqlens=[64],
+        tokens=64,
+        hidden=32,
+        impls=["fp8-mm"],
+    )
     base = attention.base_row(spec, {}, True, family="fp8", batch=1, heads=1, heads_kv=1, seqlen_q=64, seqlen_k=64)
     row = fp8._ceiling(spec, "fp8-mm", base, "cuda:0", True)
     assert row["status"] == "unsupported" and "compute capability ≥ 8.9" in row["message"], row["message"]
@@ -207,20 +323,40 @@ def test_fp8_ceiling_is_unsupported_without_fp8_tensor_cores(env, monkeypatch):
 
 def _table_row(impl, experiment, **over):
     r = {c: math.nan for c in ATTENTION.columns}
-    r.update(experiment=experiment, family="fp8", op="attention", impl=impl, dtype="bfloat16", mode="fwd",
-             batch=4, heads=16, heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=128, causal=False, inputs="normal",
-             status="ok", message="", timed=experiment == "fp8-speed", gpu="h200", gpu_name="NVIDIA H200",
-             kernel_config="")  # fmt: skip
+    r.update(
+        experiment=experiment,
+        family="fp8",
+        op="attention",
+        impl=impl,
+        dtype="bfloat16",
+        mode="fwd",
+        batch=4,
+        heads=16,
+        heads_kv=16,
+        seqlen_q=4096,
+        seqlen_k=4096,
+        head_dim=128,
+        causal=False,
+        inputs="normal",
+        status="ok",
+        message="",
+        timed=experiment == "fp8-speed",
+        gpu="h200",
+        gpu_name="NVIDIA H200",
+        kernel_config="",
+    )
     r.update(over)
     return r
 
 
 def test_fp8_figures_from_a_synthetic_table(tmp_path):
-    speed = [_table_row("ours-fa2", "fp8-speed", ms_median=1.5, tflops=400.0),
-             _table_row("ours-fp8-block", "fp8-speed", ms_median=1.0, tflops=600.0),
-             _table_row("sdpa-cudnn", "fp8-speed", ms_median=1.2, tflops=500.0),
-             _table_row("fp8-mm", "fp8-speed", ms_median=0.8, tflops=1300.0),
-             _table_row("ours-fp8-tensor", "fp8-speed", status="oom", message="out of memory")]  # fmt: skip
+    speed = [
+        _table_row("ours-fa2", "fp8-speed", ms_median=1.5, tflops=400.0),
+        _table_row("ours-fp8-block", "fp8-speed", ms_median=1.0, tflops=600.0),
+        _table_row("sdpa-cudnn", "fp8-speed", ms_median=1.2, tflops=500.0),
+        _table_row("fp8-mm", "fp8-speed", ms_median=0.8, tflops=1300.0),
+        _table_row("ours-fp8-tensor", "fp8-speed", status="oom", message="out of memory"),
+    ]
     df = ATTENTION.frame(speed)
     t = fp8_figures.fp8_speed(df, tmp_path / "speed.png").set_index("impl")
     assert (tmp_path / "speed.png").stat().st_size > 0
@@ -234,16 +370,28 @@ def test_fp8_figures_from_a_synthetic_table(tmp_path):
         for kind in ("normal", "outliers")
         for i, e, u in (("ours-fa2", 1e-5, math.nan), ("ours-fp8-block", 1e-2, 0.01), ("ours-fp8-block-p1", 1e-2, 0.2))
     ]
-    t = fp8_figures.fp8_accuracy(ATTENTION.frame(acc), tmp_path / "acc.png")  # fmt: skip
+    t = fp8_figures.fp8_accuracy(ATTENTION.frame(acc), tmp_path / "acc.png")
     assert set(t["inputs"]) == {"normal", "outliers"} and len(t) == 6
     assert t.set_index(["inputs", "impl"]).loc[("outliers", "ours-fp8-block-p1"), "p_underflow"] == 0.2
     with pytest.raises(NoDataError):
         fp8_figures.fp8_accuracy(ATTENTION.frame(speed), tmp_path / "none.png")
 
-    abl = [_table_row(i, "fp8-ablation", seqlen_q=8192, seqlen_k=8192, batch=2, timed=True, ms_median=1.0, tflops=tf)
-           for i, tf in (("ours-fp8-block-fa3", 680.0), ("ours-fp8-block-no-tma", 612.0), ("ours-fa3", 620.0))]
-    abl.append(_table_row("ours-fp8-block-no-pingpong", "fp8-ablation", seqlen_q=8192, seqlen_k=8192, batch=2,
-                          timed=True, status="error", message="ptxas"))  # fmt: skip
+    abl = [
+        _table_row(i, "fp8-ablation", seqlen_q=8192, seqlen_k=8192, batch=2, timed=True, ms_median=1.0, tflops=tf)
+        for i, tf in (("ours-fp8-block-fa3", 680.0), ("ours-fp8-block-no-tma", 612.0), ("ours-fa3", 620.0))
+    ]
+    abl.append(
+        _table_row(
+            "ours-fp8-block-no-pingpong",
+            "fp8-ablation",
+            seqlen_q=8192,
+            seqlen_k=8192,
+            batch=2,
+            timed=True,
+            status="error",
+            message="ptxas",
+        )
+    )
     t = fp8_figures.fp8_ablation(ATTENTION.frame(abl), tmp_path / "abl.png").set_index("impl")
     assert (tmp_path / "abl.png").stat().st_size > 10_000
     assert t.loc["ours-fp8-block-no-tma", "change_pct"] == pytest.approx(-10.0)

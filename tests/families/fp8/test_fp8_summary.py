@@ -9,15 +9,24 @@ from analysis.families.fp8 import summary
 
 
 def _rows(points: dict[tuple[bool, int], dict[str, float]]) -> pd.DataFrame:
-    return pd.DataFrame([dict(impl=impl, causal=causal, seqlen_q=n, head_dim=128, ms_median=ms)
-                         for (causal, n), times in points.items() for impl, ms in times.items()])  # fmt: skip
+    return pd.DataFrame(
+        [
+            dict(impl=impl, causal=causal, seqlen_q=n, head_dim=128, ms_median=ms)
+            for (causal, n), times in points.items()
+            for impl, ms in times.items()
+        ]
+    )
 
 
 def test_where_the_end_to_end_time_goes():
     # at N=4096 the quantiser takes 0.2 ms of 1.0; our fastest bf16 kernel 1.3 ms leaves the call 1.0 ms
-    speed = _rows({(False, 4096): {"ours-fp8-block": 0.8, "ours-fp8-block-e2e": 1.0, "ours-fa3": 1.3, "ours-fa2": 2.0},
-                   (True, 8192): {"ours-fp8-block": 1.5, "ours-fp8-block-e2e": 1.6, "ours-fa3": 2.6, "ours-fa2": 3.0},
-                   (False, 2048): {"ours-fp8-block": 9.0, "ours-fp8-block-e2e": 99.0, "ours-fa3": 1.0}})  # fmt: skip
+    speed = _rows(
+        {
+            (False, 4096): {"ours-fp8-block": 0.8, "ours-fp8-block-e2e": 1.0, "ours-fa3": 1.3, "ours-fa2": 2.0},
+            (True, 8192): {"ours-fp8-block": 1.5, "ours-fp8-block-e2e": 1.6, "ours-fa3": 2.6, "ours-fa2": 3.0},
+            (False, 2048): {"ours-fp8-block": 9.0, "ours-fp8-block-e2e": 99.0, "ours-fa3": 1.0},
+        }
+    )
     (line,) = summary._e2e_time(speed, ["ours-fa3", "ours-fa2"])
     assert "N ≥ 4096" in line.what and "1.3× target" in line.what
     # quantiser 200 and 100 µs, 20% and 6% of the call; the kernel 0.8 / 1.0 and 1.5 / 2.0 of its allowance
@@ -32,10 +41,15 @@ def test_no_line_without_both_rows():
 def test_quantiser_against_its_byte_floor():
     # the copy moves 3000 GB/s; the block quantiser 1600 and 1400 (1.88× and 2.14× its floor), the tensor one
     # 2000 (1.5×); N = 2048 is below the range
-    points = ((False, 4096, "copy-qkv", 3000.0), (False, 4096, "fp8-quantize-block", 1600.0),
-              (True, 4096, "copy-qkv", 3000.0), (True, 4096, "fp8-quantize-block", 1400.0),
-              (False, 4096, "fp8-quantize-tensor", 2000.0),
-              (False, 2048, "copy-qkv", 3000.0), (False, 2048, "fp8-quantize-block", 10.0))  # fmt: skip
+    points = (
+        (False, 4096, "copy-qkv", 3000.0),
+        (False, 4096, "fp8-quantize-block", 1600.0),
+        (True, 4096, "copy-qkv", 3000.0),
+        (True, 4096, "fp8-quantize-block", 1400.0),
+        (False, 4096, "fp8-quantize-tensor", 2000.0),
+        (False, 2048, "copy-qkv", 3000.0),
+        (False, 2048, "fp8-quantize-block", 10.0),
+    )
     rows = [dict(impl=impl, causal=causal, seqlen_q=n, head_dim=128, gbps=gbps) for causal, n, impl, gbps in points]
     block, tensor = summary._quantizer_floor(pd.DataFrame(rows))
     assert "per block" in block.what and "copy-qkv" in block.what and block.target == "≤ 2×"

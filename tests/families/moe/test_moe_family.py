@@ -27,8 +27,12 @@ DEFAULT = configuration.load_config([CONFIG])
 
 def test_default_shards_and_budget():
     shards = moeplan.shards(DEFAULT)
-    assert set(shards) == {"moe_mixtral_bfloat16_uniform", "moe_deepseek_bfloat16_uniform", "moe_qwen_bfloat16_uniform",
-                           "moe_deepseek_bfloat16_zipf"}  # fmt: skip
+    assert set(shards) == {
+        "moe_mixtral_bfloat16_uniform",
+        "moe_deepseek_bfloat16_uniform",
+        "moe_qwen_bfloat16_uniform",
+        "moe_deepseek_bfloat16_zipf",
+    }
     assert budget.budget(registry.family("moe"), DEFAULT)["moe"]["seconds"] <= 70  # the default grid stays small
 
 
@@ -48,8 +52,17 @@ def test_full_config_has_every_shape():
     ],
 )
 def test_spec_validation(fields, match):
-    base = dict(model="t", experts=5, top_k=2, hidden=24, ffn=40, dtype="float16", tokens=[3], routing="uniform",
-                impls=["ours-moe"])  # fmt: skip
+    base = dict(
+        model="t",
+        experts=5,
+        top_k=2,
+        hidden=24,
+        ffn=40,
+        dtype="float16",
+        tokens=[3],
+        routing="uniform",
+        impls=["ours-moe"],
+    )
     with pytest.raises(ValueError, match=match):
         moeplan.MoeSpec(**{**base, **fields})
 
@@ -85,8 +98,19 @@ def test_schema_rejects_bad_values(tmp_path, bad):
 
 
 def _moe_spec(**kw) -> moeplan.MoeSpec:
-    fields = dict(model="tiny", experts=5, top_k=2, hidden=24, ffn=40, dtype="float16", tokens=[1, 37],
-                  routing="uniform", impls=list(moeplan.IMPLS), check_rows=8, gather_chunk_gib=1e-5)  # fmt: skip
+    fields = dict(
+        model="tiny",
+        experts=5,
+        top_k=2,
+        hidden=24,
+        ffn=40,
+        dtype="float16",
+        tokens=[1, 37],
+        routing="uniform",
+        impls=list(moeplan.IMPLS),
+        check_rows=8,
+        gather_chunk_gib=1e-5,
+    )
     return moeplan.MoeSpec(**{**fields, **kw})
 
 
@@ -185,7 +209,6 @@ def test_moe_dense_inside_share(tmp_path):
     assert v["observed"] == "routing + dispatch + combine 56% of the layer's time"
     assert "deepseek T=256 uniform: 56%" in v["note"]
     assert verdict("moe-dense-inside", moe_rows(gemm_ms=0.1), tmp_path)["verdict"] == "fails"  # exactly half
-
 
 
 def test_figures_from_a_synthetic_table(tmp_path):

@@ -17,10 +17,25 @@ def _traffic_frame(points: list[tuple[str, int, float]], resident: int | None = 
     rows = []
     for impl, n, total in points:
         row = dict.fromkeys(TRAFFIC.columns, float("nan"))
-        row.update(experiment="traffic-scaling", impl=impl, kernel="k", kernel_index=0, kernel_role="attention",
-                   dtype="float16", batch=1, heads=16, seqlen=n, head_dim=128, causal=False,
-                   dram_read_bytes=0.75 * total, dram_write_bytes=0.25 * total, l2_resident=(n == resident),
-                   status="ok", message="", gpu="h200")  # fmt: skip
+        row.update(
+            experiment="traffic-scaling",
+            impl=impl,
+            kernel="k",
+            kernel_index=0,
+            kernel_role="attention",
+            dtype="float16",
+            batch=1,
+            heads=16,
+            seqlen=n,
+            head_dim=128,
+            causal=False,
+            dram_read_bytes=0.75 * total,
+            dram_write_bytes=0.25 * total,
+            l2_resident=(n == resident),
+            status="ok",
+            message="",
+            gpu="h200",
+        )
         rows.append(row)
     return pd.DataFrame(rows, columns=TRAFFIC.columns)
 

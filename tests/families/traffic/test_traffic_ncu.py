@@ -70,8 +70,11 @@ def test_parse_reads_the_raw_page_too():
     )
     kernels = traffic.parse_ncu_csv(text)
     assert [k.name for k in kernels] == ["_traffic_point_marker", "_attn_fwd_kernel"]
-    assert kernels[1].values == {"dram_read_bytes": pytest.approx(6.3e6), "dram_write_bytes": 2162688,
-                                 "gpu_time_ns": pytest.approx(8000)}  # fmt: skip
+    assert kernels[1].values == {
+        "dram_read_bytes": pytest.approx(6.3e6),
+        "dram_write_bytes": 2162688,
+        "gpu_time_ns": pytest.approx(8000),
+    }
 
 
 def test_no_table_means_no_kernels():

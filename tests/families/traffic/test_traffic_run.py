@@ -40,9 +40,12 @@ SWEEP = [
 
 
 def _spec(**kw) -> plan.Spec:
-    fields = dict(impls=["naive", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "ours-fa2"],
-                  seqlens=[1024, 2048, 4096, 8192, 16384], head_dims=[64, 128],
-                  block_sweep={"seqlen": 4096, "head_dims": [128], "configs": SWEEP})  # fmt: skip
+    fields = dict(
+        impls=["naive", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "ours-fa2"],
+        seqlens=[1024, 2048, 4096, 8192, 16384],
+        head_dims=[64, 128],
+        block_sweep={"seqlen": 4096, "head_dims": [128], "configs": SWEEP},
+    )
     fields.update(kw)
     return plan.Spec(**fields)
 
@@ -79,8 +82,12 @@ def test_spec_refuses_what_the_profiled_program_would_fail_on():
 
 # ---- run: unsupported, errors, a fake ncu ------------------------------------------------------------
 
-SMALL = dict(impls=["naive", "ours-fa2"], seqlens=[1024, 2048], head_dims=[64],
-             block_sweep={"seqlen": 1024, "head_dims": [64], "configs": SWEEP[:2]})  # fmt: skip
+SMALL = dict(
+    impls=["naive", "ours-fa2"],
+    seqlens=[1024, 2048],
+    head_dims=[64],
+    block_sweep={"seqlen": 1024, "head_dims": [64], "configs": SWEEP[:2]},
+)
 
 
 def test_without_ncu_every_planned_point_is_an_unsupported_row(tmp_path, monkeypatch):
@@ -123,12 +130,16 @@ def _fake_ncu(tmp_path: Path, body: str, monkeypatch) -> Path:
 
 
 def test_ncu_failing_gives_error_rows_with_its_message(tmp_path, monkeypatch):
-    _fake_ncu(tmp_path, """
+    _fake_ncu(
+        tmp_path,
+        """
         print("==PROF== Connected to process 1")
         print("==ERROR== The application returned an error code (1).", file=sys.stderr)
         print("Traceback: RuntimeError: CUDA driver initialization failed", file=sys.stderr)
         sys.exit(1)
-    """, monkeypatch)  # fmt: skip
+    """,
+        monkeypatch,
+    )
     df = _run(SMALL, tmp_path)
     assert len(df) == 6
     assert set(df["status"]) == {"error"}
@@ -140,14 +151,18 @@ def test_ncu_failing_gives_error_rows_with_its_message(tmp_path, monkeypatch):
 
 def test_ncu_that_profiles_nothing_gives_error_rows_naming_the_cause(tmp_path, monkeypatch):
     # e.g. no permission for the performance counters: the program runs, ncu collects no kernel, exits 0
-    _fake_ncu(tmp_path, """
+    _fake_ncu(
+        tmp_path,
+        """
         spec, sidecar = Path(sys.argv[-2]), Path(sys.argv[-1])
         points = json.loads(spec.read_text())["points"]
         done = [dict(p, status="ok", message="", marked=True, kernel_config="") for p in points]
         sidecar.write_text(json.dumps({"l2_cache_bytes": 52428800, "points": done}))
         print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
               "Performance Counters on the target device 0.")
-    """, monkeypatch)  # fmt: skip
+    """,
+        monkeypatch,
+    )
     df = _run(SMALL, tmp_path)
     assert set(df["status"]) == {"error"}
     assert df["message"].str.contains("ERR_NVGPUCTRPERM").all()
@@ -155,10 +170,14 @@ def test_ncu_that_profiles_nothing_gives_error_rows_naming_the_cause(tmp_path, m
 
 
 def test_ncu_that_hangs_is_stopped_at_the_timeout(tmp_path, monkeypatch):
-    _fake_ncu(tmp_path, """
+    _fake_ncu(
+        tmp_path,
+        """
         print("==PROF== Connected to process 1", flush=True)
         time.sleep(60)
-    """, monkeypatch)  # fmt: skip
+    """,
+        monkeypatch,
+    )
     df = _run({**SMALL, "timeout_s": 1}, tmp_path)
     assert set(df["status"]) == {"error"} and df["message"].str.contains("timed out after 1 s").all()
 
@@ -166,7 +185,9 @@ def test_ncu_that_hangs_is_stopped_at_the_timeout(tmp_path, monkeypatch):
 def test_run_end_to_end_with_a_fake_ncu(tmp_path, monkeypatch):
     """The fake plays ncu and the target: it writes the sidecar from the spec it is given and prints a
     CSV with a marker and one kernel per point (three for naive); run() must turn that into rows."""
-    _fake_ncu(tmp_path, f"""
+    _fake_ncu(
+        tmp_path,
+        f"""
         args = sys.argv[1:]
         assert args[:7] == ["--clock-control", "none", "--profile-from-start", "off", "--metrics",
                             "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum", "--csv"], args
@@ -188,7 +209,9 @@ def test_run_end_to_end_with_a_fake_ncu(tmp_path, monkeypatch):
             done.append(dict(p, status="ok", message="", marked=True,
                              kernel_config=tuned if p["impl"] == "ours-fa2" else ""))
         sidecar.write_text(json.dumps({{"l2_cache_bytes": 52428800, "points": done}}))
-    """, monkeypatch)  # fmt: skip
+    """,
+        monkeypatch,
+    )
     df = _run(SMALL, tmp_path)
     assert set(df["status"]) == {"ok"}, df["message"].tolist()
     assert len(df) == 2 * 3 + 2 + 2  # naive: three kernels per N; ours: one per N and per sweep config
@@ -256,29 +279,83 @@ def _figure_rows() -> pd.DataFrame:
     for d in (64, 128):
         for n in (1024, 2048, 4096):
             for impl in ("naive", "sdpa-flash", "ours-fa2"):
-                point = dict(experiment="traffic-scaling", impl=impl, dtype="float16", batch=B, heads=H, seqlen=n,
-                             head_dim=d, causal=False, config=OURS_CFG if impl == "ours-fa2" else None)  # fmt: skip
+                point = dict(
+                    experiment="traffic-scaling",
+                    impl=impl,
+                    dtype="float16",
+                    batch=B,
+                    heads=H,
+                    seqlen=n,
+                    head_dim=d,
+                    causal=False,
+                    config=OURS_CFG if impl == "ours-fa2" else None,
+                )
                 base = traffic.base_row(point, ENV, L2)
                 if impl == "naive":
                     parts = models.standard_attention_bytes(n, d, B, H, 2)
                     for j, role in enumerate(("qk", "softmax", "pv")):
-                        rows.append({**base, "kernel": role, "kernel_index": j, "kernel_role": role, "status": "ok",
-                                     "dram_read_bytes": parts[role] / 2, "dram_write_bytes": parts[role] / 2,
-                                     "gpu_time_ns": 1e4})  # fmt: skip
+                        rows.append(
+                            {
+                                **base,
+                                "kernel": role,
+                                "kernel_index": j,
+                                "kernel_role": role,
+                                "status": "ok",
+                                "dram_read_bytes": parts[role] / 2,
+                                "dram_write_bytes": parts[role] / 2,
+                                "gpu_time_ns": 1e4,
+                            }
+                        )
                 else:
                     m = models.minimum_attention_bytes(n, d, B, H, 2) * (1.1 if impl == "ours-fa2" else 1.0)
-                    rows.append({**base, "kernel": "k", "kernel_index": 0, "kernel_role": "attention",
-                                 "status": "ok", "dram_read_bytes": 0.75 * m, "dram_write_bytes": 0.25 * m,
-                                 "gpu_time_ns": 5e3})  # fmt: skip
+                    rows.append(
+                        {
+                            **base,
+                            "kernel": "k",
+                            "kernel_index": 0,
+                            "kernel_role": "attention",
+                            "status": "ok",
+                            "dram_read_bytes": 0.75 * m,
+                            "dram_write_bytes": 0.25 * m,
+                            "gpu_time_ns": 5e3,
+                        }
+                    )
         for cfg in SWEEP:
-            point = dict(experiment="traffic-blocks", impl="ours-fa2", dtype="float16", batch=B, heads=H, seqlen=4096,
-                         head_dim=d, causal=False, config=cfg)  # fmt: skip
+            point = dict(
+                experiment="traffic-blocks",
+                impl="ours-fa2",
+                dtype="float16",
+                batch=B,
+                heads=H,
+                seqlen=4096,
+                head_dim=d,
+                causal=False,
+                config=cfg,
+            )
             base = traffic.base_row(point, ENV, L2)
-            rows.append({**base, "kernel": "_attn_fwd_kernel", "kernel_index": 0, "kernel_role": "attention",
-                         "status": "ok", "dram_read_bytes": 1e8 / base["block_m"] * 64, "dram_write_bytes": 1.7e7,
-                         "gpu_time_ns": 3e5 / base["block_n"] * 64})  # fmt: skip
-    failed = dict(experiment="traffic-scaling", impl="sdpa-cudnn", dtype="float16", batch=B, heads=H, seqlen=1024,
-                  head_dim=64, causal=False, config=None)  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "kernel": "_attn_fwd_kernel",
+                    "kernel_index": 0,
+                    "kernel_role": "attention",
+                    "status": "ok",
+                    "dram_read_bytes": 1e8 / base["block_m"] * 64,
+                    "dram_write_bytes": 1.7e7,
+                    "gpu_time_ns": 3e5 / base["block_n"] * 64,
+                }
+            )
+    failed = dict(
+        experiment="traffic-scaling",
+        impl="sdpa-cudnn",
+        dtype="float16",
+        batch=B,
+        heads=H,
+        seqlen=1024,
+        head_dim=64,
+        causal=False,
+        config=None,
+    )
     rows += traffic.planned_rows([failed], ENV, "unsupported", "No available kernel")
     return TRAFFIC.frame(rows)
 
@@ -340,8 +417,9 @@ def test_dry_run_for_a_named_gpu_plans_the_traffic_job_and_its_figures(tmp_path)
 
 
 def test_dry_run_without_a_gpu_plans_no_traffic_job(tmp_path):
-    r = _dry_run("--profile", "workflow/profiles/cpu", "--config", f"results_dir={tmp_path}",
-                 f"report={tmp_path}/report.html")  # fmt: skip
+    r = _dry_run(
+        "--profile", "workflow/profiles/cpu", "--config", f"results_dir={tmp_path}", f"report={tmp_path}/report.html"
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     assert "benchmark" not in job_counts(r.stdout) and "/traffic/traffic.csv" not in r.stdout
 

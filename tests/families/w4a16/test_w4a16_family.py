@@ -31,8 +31,11 @@ DEFAULT = configuration.load_config([CONFIG])
 
 def test_default_shards_and_budget():
     shards = w4plan.shards(DEFAULT)
-    assert set(shards) == {"w4a16_llama3-8b-up_bfloat16_g128", "w4a16_llama3-70b-up_bfloat16_g128",
-                           "w4a16_llama3-8b-down_bfloat16_g128"}  # fmt: skip
+    assert set(shards) == {
+        "w4a16_llama3-8b-up_bfloat16_g128",
+        "w4a16_llama3-70b-up_bfloat16_g128",
+        "w4a16_llama3-8b-down_bfloat16_g128",
+    }
     up = shards["w4a16_llama3-70b-up_bfloat16_g128"]
     assert (up["n"], up["k"]) == (28672, 8192)  # 8192 → 28672: the weight is [out, in]
     assert budget.budget(registry.family("w4a16"), DEFAULT)["w4a16"]["seconds"] <= 70  # the default grid stays small
@@ -80,8 +83,9 @@ def test_schema_rejects_bad_values(tmp_path, bad):
 
 
 def _quant_spec(**kw) -> w4plan.W4A16Spec:
-    fields = dict(model="tiny", n=40, k=96, dtype="float16", group_size=32, ms=[1, 3, 33],
-                  impls=list(w4plan.IMPLS), check_rows=8)  # fmt: skip
+    fields = dict(
+        model="tiny", n=40, k=96, dtype="float16", group_size=32, ms=[1, 3, 33], impls=list(w4plan.IMPLS), check_rows=8
+    )
     return w4plan.W4A16Spec(**{**fields, **kw})
 
 
