@@ -394,3 +394,13 @@ def test_ruff_clean():
         pytest.skip("ruff is not installed (it comes with the test extras)")
     r = subprocess.run([exe, "check", "--output-format", "concise", "."], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_ruff_formatted():
+    """The code is formatted as ``ruff format`` leaves it (pyproject.toml's settings), so a change shows only
+    what it changes."""
+    exe = shutil.which("ruff")
+    if exe is None:
+        pytest.skip("ruff is not installed (it comes with the test extras)")
+    r = subprocess.run([exe, "format", "--check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
