@@ -16,7 +16,7 @@ same files in every family:
   ``captions/<name>.rst`` the caption of each.
 - ``claims.py``: ``EVALUATORS``, name → the evaluator of the registry's claims that name it
   (``analysis.audit``); optionally ``claims.yaml``, claims of the family's own sources (the registry's
-  format; ``topics`` may add report topics of its own, ``analysis.claims_view``).
+  format; ``topics`` may add report topics of its own, ``analysis.report.claims``).
 - ``columns.yaml``: the columns its rows carry, in order, and the definitions of those the shared
   ``workflow/schemas/result.schema.yaml`` does not have (``analysis.core.tables``).
 - ``config.schema.yaml``: the JSON schema of its config section (``analysis.configuration`` composes the

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from figure_helpers import ATTENTION, is_png, render
 
-from analysis import registry, report
+from analysis import registry
 from analysis.families.attention import fa2_figures as figures
 from analysis.families.attention import figures as attention_figures
 from analysis.families.attention import report as attention_report
+from analysis.report import render as report
 
 matplotlib.use("Agg")
 COLUMNS = ATTENTION.columns

@@ -123,7 +123,7 @@ def test_nothing_is_wider_than_a_1280_pixel_window(rendered):
 def test_every_claim_shows_its_statement_and_the_quotes_render_in_the_embedded_font(rendered):
     import html as html_lib
 
-    from analysis import claims_view
+    from analysis.report import claims as claims_view
 
     page, _ = rendered
     dom = html_lib.unescape(dump_dom(page))
@@ -155,6 +155,6 @@ def test_the_filter_shows_exactly_the_matching_rows(rendered, preset):
 
 
 def claims_view_texts():
-    from analysis import claims_view
+    from analysis.report import claims as claims_view
 
     return claims_view.load_texts()

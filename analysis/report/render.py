@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from analysis import claims_view, quote_font, registry, section_provenance
+from analysis import registry
 from analysis.core import outputs, validate
 from analysis.core.paths import ROOT
 from analysis.core.tables import shared_columns
+from analysis.report import claims, provenance, quote_font
 
 TEMPLATES = ROOT / "reports" / "templates"
 TEMPLATE = "report.html.j2"
@@ -227,7 +228,7 @@ def _gpu(g: dict) -> dict:
     points = point_tables(tables)
     keys = ["experiment", "impl", "status"]
     both = pd.concat([t[keys] for t in points], ignore_index=True) if points else pd.DataFrame()
-    provenance = g.get("provenance") or {}
+    env = g.get("provenance") or {}
     summaries = [
         s
         for f in registry.FAMILIES.values()
@@ -236,11 +237,11 @@ def _gpu(g: dict) -> dict:
     ]
     return {
         "slug": g["slug"],
-        "name": provenance.get("gpu_name") or g["slug"],
+        "name": env.get("gpu_name") or g["slug"],
         "source": g.get("source", ""),
-        "provenance": [(str(k), _value_text(v)) for k, v in provenance.items()],
+        "provenance": [(str(k), _value_text(v)) for k, v in env.items()],
         "sections": [
-            {**sec, "provenance": section_provenance.describe(points, sec["id"], g.get("manifest"))}
+            {**sec, "provenance": provenance.describe(points, sec["id"], g.get("manifest"))}
             for sec in figure_sections(g.get("figures") or [])
         ],
         "summaries": [{"title": s["title"], "text": s["text"], "table": _table(s["table"])} for s in summaries],
@@ -254,7 +255,7 @@ VERDICT_ORDER = ("holds", "partly", "fails", "inconsistent", "untestable")
 
 def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | None:
     """The claims: counts per verdict (and of the borderline rows), the first screen's headline claims by
-    topic with thumbnails of their figures, and every verdict row by topic (``analysis.claims_view``), with
+    topic with thumbnails of their figures, and every verdict row by topic (``analysis.report.claims``), with
     the values the table's filters offer. Links and thumbnails go only to figures in the report.
 
     ``gpus``: the report's GPU entries (``slug`` and ``figures``, as ``render_report`` takes them).
@@ -262,7 +263,7 @@ def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | N
     if verdicts is None:
         return None
     figures = {(g["slug"], e["name"]): e["png"] for g in gpus for e in g.get("figures") or [] if e.get("png")}
-    rows = claims_view.claim_rows(verdicts, claims_view.load_texts(), {g["slug"] for g in gpus})
+    rows = claims.claim_rows(verdicts, claims.load_texts(), {g["slug"] for g in gpus})
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
     topics: dict[str, list[dict]] = {}
     for r in rows:
@@ -272,9 +273,9 @@ def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | N
         "borderline": sum(r["is_borderline"] for r in rows),
         "claims": len({r["parent"] or r["claim_id"] for r in rows}),
         "parts": len(rows),
-        "headlines": claims_view.headlines(rows, figures),
+        "headlines": claims.headlines(rows, figures),
         "topics": [{"topic": t, "title": rs[0]["topic_title"], "rows": rs} for t, rs in topics.items()],
-        "filters": list(claims_view.filters(rows).items()),
+        "filters": list(claims.filters(rows).items()),
     }
 
 

@@ -3,7 +3,7 @@ the characters the claim registry quotes, so the Chinese renders in a browser wi
 Debian + Chromium shows empty boxes) and the report stays one self-contained, offline file.
 
 The subset is committed (``reports/fonts/``, with the font's SIL Open Font License); regenerate it after
-adding or changing a quote with ``python -m analysis.quote_font --source NotoSansCJK-Regular.ttc`` (the
+adding or changing a quote with ``python -m analysis.report.quote_font --source NotoSansCJK-Regular.ttc`` (the
 Debian package fonts-noto-cjk has the collection; any Noto Sans CJK SC OpenType file works). A test checks
 that the committed subset covers every quoted character; ``missing`` says which it lacks.
 """
@@ -20,7 +20,7 @@ import yaml
 
 from analysis import audit, registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FONT = ROOT / "reports" / "fonts" / "quotes-noto-sans-sc.woff"
 FAMILY = "Quote Noto Sans SC"  # the CSS family name the report's quotes ask for
 SC_NAME = "Noto Sans CJK SC"  # the face taken from a collection

@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import audit, claims_view, quote_font, registry, section_provenance
+from analysis import audit, registry
+from analysis.report import claims as claims_view
+from analysis.report import provenance as section_provenance
+from analysis.report import quote_font
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +131,7 @@ def test_the_committed_font_holds_every_quoted_wide_character():
     text = quote_font.quoted_text()
     wide = {ch for ch in quote_font.characters(text) if quote_font.needs_font(ch)}
     assert len(wide) > 100  # the quotes are Chinese
-    assert quote_font.missing(text) == set(), "regenerate the font: python -m analysis.quote_font --source ..."
+    assert quote_font.missing(text) == set(), "regenerate the font: python -m analysis.report.quote_font --source ..."
     assert "龘" not in text and quote_font.missing("龘") == {"龘"}  # the subset holds the quotes' characters only
     assert not quote_font.needs_font("x") and quote_font.needs_font("显") and quote_font.needs_font("，")
     face = quote_font.css_face()
