@@ -193,11 +193,18 @@ def run_audit(tables: dict[str, dict[str, str | Path]], out_csv: str | Path) -> 
     ``tables`` (see ``read_context``); write the verdicts."""
     from analysis import audit
 
-    evaluators = registry.evaluators()
-    claims = audit.load_claims(evaluators, registry.claim_files())
-    verdicts = audit.audit(claims, read_context(tables), evaluators)
+    claims = registry.claims()
+    verdicts = audit.audit(claims, read_context(tables), registry.evaluators())
     outputs.write_csv(verdicts, out_csv)
-    log.info("audited %d claims into %d verdict rows: %s", len(claims), len(verdicts), audit.summary(verdicts))
+    wholes = len({(c.whole or c).id for c in claims})
+    log.info(
+        "audited %d claims (%d counting each part of a compound claim) into %d verdict rows (a measured claim "
+        "has one per GPU type): %s",
+        wholes,
+        len(claims),
+        len(verdicts),
+        audit.summary(verdicts),
+    )
     return verdicts
 
 

@@ -2,8 +2,8 @@
 name on the two lines below (its folder under ``analysis/families/`` holds everything else).
 
 From the families it derives what the rest of the pipeline asks for: the result tables (``tables``: composed
-from the columns of the families that share each one), every claim evaluator (``evaluators``) and claim file,
-and which family an experiment belongs to.
+from the columns of the families that share each one), every claim evaluator (``evaluators``), claim file and
+claim (``claims``), and which family an experiment belongs to.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from analysis.audit.claims import Claims, load_claims
 from analysis.core.family import Family
 from analysis.core.tables import Table, compose
 from analysis.families import attention, compiled, fp8, moe, traffic, w4a16
@@ -66,3 +67,10 @@ def evaluators() -> dict:
 def claim_files() -> list[Path]:
     """The families' own claim files (``claims.yaml``), beside the articles' registry."""
     return [p for p in (f.claims_file() for f in FAMILIES.values()) if p is not None]
+
+
+@functools.cache
+def claims() -> Claims:
+    """Every claim the audit judges and the report shows: the articles' registry, then each family's own claim
+    file, read and validated once (``analysis.audit.claims``)."""
+    return load_claims(evaluators(), claim_files())

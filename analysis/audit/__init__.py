@@ -2,7 +2,7 @@
 helpers that judge (``verdicts``), borderline bands (``band``) and the audit itself (``engine``). The
 evaluators live with their families (``analysis/families/<family>/claims.py``)."""
 
-from analysis.audit.claims import PART_SEP, REGISTRY, Claim, load_claims, part_id
+from analysis.audit.claims import PART_SEP, REGISTRY, Claim, Claims, Quote, load_claims, part_id
 from analysis.audit.context import ANALYTIC, Context, Results
 from analysis.audit.engine import COLUMNS, audit, judge, summary
 from analysis.audit.verdicts import VERDICTS, Evaluators, Untestable, Verdict, combine, judge_part
@@ -11,9 +11,11 @@ __all__ = [
     "ANALYTIC",
     "COLUMNS",
     "PART_SEP",
+    "Quote",
     "REGISTRY",
     "VERDICTS",
     "Claim",
+    "Claims",
     "Context",
     "Evaluators",
     "Results",

@@ -1,27 +1,45 @@
-"""The claims: the registry of what the two source articles assert, and each family's own claims.
+"""The claims: the registry of what the two source articles assert, and each family's own claims, read once.
 
-``analysis/audit/registry.yaml`` lists every checkable numeric statement of the two source articles (what
-the article asserts, how loosely, under which conditions) under a stable id; a family may bring claims of its
-own sources in ``analysis/families/<family>/claims.yaml`` (same format). Each claim names an *evaluator*: a
-function of a family's ``claims.py`` (``analysis.audit.engine`` runs them), or ``not_built`` for a claim whose
-experiment does not exist yet (then ``needs`` says what would check it).
+``analysis/audit/registry.yaml`` lists every checkable numeric statement of the two source articles (what the
+article asserts, how loosely, under which conditions, where it says so and in which words) under a stable id;
+a family may bring claims of its own sources in ``analysis/families/<family>/claims.yaml`` (same format). Each
+file is validated against ``workflow/schemas/claims.schema.yaml`` and then against what the schema cannot say
+(evaluators, cited articles and topics exist; ids are unique), and becomes ``Claim`` objects: what the audit
+judges (``analysis.audit.engine``) and what the report shows (``analysis.report.claims``) are the same objects.
+
+Each claim names an *evaluator*: a function of a family's ``claims.py`` or of the audit's own
+(``analysis.audit.arithmetic``), or ``not_built`` for a claim whose experiment does not exist yet (then
+``needs`` says what would check it). A compound claim comes back as its parts, each judged on its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable
+import functools
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import yaml
 
+from analysis.core.paths import SCHEMAS
+
 REGISTRY = Path(__file__).resolve().with_name("registry.yaml")
+SCHEMA = SCHEMAS / "claims.schema.yaml"
+NOT_BUILT = "not_built"  # the evaluator of a claim whose experiment does not exist yet
+PART_SEP = "."  # a part's id: the claim's id, the separator, the part's name
+
+
+@dataclasses.dataclass(frozen=True)
+class Quote:
+    article: str  # S0 / S1
+    title: str  # the article's title, in English
+    text: str  # the article's own words, verbatim (white space runs made single spaces)
 
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
     id: str
-    source: str
+    source: str  # article, its file and the section as the article names it
     statement: str
     asserted: dict
     wording: str
@@ -34,6 +52,12 @@ class Claim:
     # a part of a compound claim: the part's name and the whole claim its evaluator judges
     part: str = ""
     whole: Claim | None = None
+    # what the report shows beside the verdicts
+    topic: str = ""
+    topic_title: str = ""
+    headline: bool = False
+    where: str = ""  # the article's title and section, in English
+    quotes: tuple[Quote, ...] = ()
 
     def asserted_text(self) -> str:
         a, unit = self.asserted, self.asserted.get("unit", "")
@@ -49,79 +73,131 @@ class Claim:
         return a.get("text", self.wording)
 
 
-PART_SEP = "."  # a part's id: the claim's id, the separator, the part's name
+@dataclasses.dataclass(frozen=True)
+class Claims:
+    """The claims of one or more claim files, in file order (a compound claim as its parts), and the report's
+    topics (name → title) in the order the files declare them."""
+
+    claims: tuple[Claim, ...]
+    topics: dict[str, str]
+
+    def __iter__(self) -> Iterator[Claim]:
+        return iter(self.claims)
+
+    def __len__(self) -> int:
+        return len(self.claims)
+
+    def __getitem__(self, i: int) -> Claim:
+        return self.claims[i]
+
+    def by_id(self) -> dict[str, Claim]:
+        return {c.id: c for c in self.claims}
 
 
 def part_id(claim_id: str, part: str) -> str:
     return f"{claim_id}{PART_SEP}{part}"
 
 
-def _parts(whole: Claim, entry: dict) -> list[Claim]:
-    """The parts of a compound claim, each judged on its own: its statement, asserted value, wording and
-    (by default the whole's) tolerance and figure; the whole's evaluator gives every part's verdict."""
-    out = []
-    for p in entry.get("parts") or []:
-        if not p.get("part") or PART_SEP in p["part"]:
-            raise ValueError(f"claim {whole.id!r}: a part needs a name without {PART_SEP!r}: {p.get('part')!r}")
-        out.append(
-            dataclasses.replace(
-                whole,
-                id=part_id(whole.id, p["part"]),
-                statement=p["statement"],
-                asserted=p["asserted"],
-                wording=str(p.get("wording", whole.wording)),
-                tolerance=float(p.get("tolerance", whole.tolerance)),
-                figure=p.get("figure", whole.figure),
-                part=p["part"],
-                whole=whole,
-            )
-        )
-    if len({c.part for c in out}) != len(out):
-        raise ValueError(f"claim {whole.id!r} names a part twice")
-    return out
-
-
-def load_claims(
-    evaluators: Collection[str], extra: Iterable[str | Path] = (), path: str | Path = REGISTRY
-) -> list[Claim]:
+def load_claims(evaluators: Collection[str], extra: Iterable[str | Path] = (), path: str | Path = REGISTRY) -> Claims:
     """The claims of the registry at ``path``, then those of each file of ``extra`` (a family's own
-    ``claims.yaml``, with its own ``sources``), in order. Unknown evaluators (not in ``evaluators``, nor
-    ``not_built``), unknown sources and duplicate ids are errors. A compound claim (one with ``parts``) comes
-    back as its parts, ``<id>.<part>`` each (``_parts``)."""
-    known = set(evaluators) | {"not_built"}
-    claims, seen = [], set()
-    for file in (path, *extra):
-        claims += _read(Path(file), known, seen)
-    return claims
+    ``claims.yaml``, with its own ``sources`` and ``topics``), in order. A file that breaks the schema, an
+    unknown evaluator (not in ``evaluators``, nor ``not_built``), an unknown article or topic and a duplicate id
+    are errors naming the file and the claim."""
+    known = set(evaluators) | {NOT_BUILT}
+    datas = [(Path(f), _validated(Path(f))) for f in (path, *extra)]
+    topics: dict[str, str] = {}
+    for _, data in datas:
+        for name, title in (data.get("topics") or {}).items():
+            topics.setdefault(name, str(title))
+    claims: list[Claim] = []
+    seen: set[str] = set()
+    for file, data in datas:
+        for entry in data["claims"]:
+            whole = _claim(file, data["sources"], entry, known, topics)
+            if whole.id in seen:
+                raise ValueError(f"{file}: duplicate claim id {whole.id!r}")
+            seen.add(whole.id)
+            claims.extend(_parts(file, whole, entry) or [whole])
+    return Claims(tuple(claims), topics)
 
 
-def _read(path: Path, evaluators: set[str], seen: set[str]) -> list[Claim]:
+@functools.cache
+def _schema_validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(yaml.safe_load(SCHEMA.read_text(encoding="utf-8")))
+
+
+def _validated(path: Path) -> dict:
+    """The claim file at ``path``, checked against the schema; the first problems named with their place."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    sources = data["sources"]
-    claims = []
-    for c in data["claims"]:
-        if c["id"] in seen:
-            raise ValueError(f"duplicate claim id {c['id']!r}")
-        seen.add(c["id"])
-        if c["evaluator"] not in evaluators:
-            raise ValueError(f"claim {c['id']!r} names unknown evaluator {c['evaluator']!r}")
-        if c["evaluator"] == "not_built" and not c.get("needs"):
-            raise ValueError(f"claim {c['id']!r} is not built but does not say what it needs")
-        src = c["source"]
-        if src["article"] not in sources:
-            raise ValueError(f"claim {c['id']!r} cites unknown article {src['article']!r}")
-        whole = Claim(
-            id=c["id"],
-            source=f"{src['article']} ({sources[src['article']]['file']}) {src['section']}",
-            statement=c["statement"],
-            asserted=c["asserted"],
-            wording=str(c["wording"]),
-            tolerance=float(c["tolerance"]),
-            conditions=c.get("conditions") or {},
-            kind=tuple(c["kind"]),
-            evaluator=c["evaluator"],
-            needs=c.get("needs", ""),
-            figure=c.get("figure", ""),
+    errors = sorted(_schema_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors[:5]:
+            place = "/".join(str(p) for p in e.absolute_path)
+            if len(e.absolute_path) >= 2 and e.absolute_path[0] == "claims":
+                cid = data["claims"][e.absolute_path[1]].get("id", "?")
+                place = f"claim {cid!r} ({place})"
+            lines.append(f"{place or 'top level'}: {e.message}")
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        raise ValueError(f"{path}: does not match {SCHEMA.name}{more}:\n  " + "\n  ".join(lines))
+    return data
+
+
+def _claim(file: Path, sources: dict, c: dict, evaluators: set[str], topics: dict[str, str]) -> Claim:
+    """One claim of a file, its cross-references checked."""
+    cid = c["id"]
+    if c["evaluator"] not in evaluators:
+        raise ValueError(f"{file}: claim {cid!r} names unknown evaluator {c['evaluator']!r}")
+    if c["evaluator"] == NOT_BUILT and not c.get("needs"):
+        raise ValueError(f"{file}: claim {cid!r} is not built but does not say what it needs")
+    src = c["source"]
+    cited = [src["article"], *(q["article"] for q in c["quote"])]
+    for article in cited:
+        if article not in sources:
+            raise ValueError(f"{file}: claim {cid!r} cites unknown article {article!r}")
+    if c["topic"] not in topics:
+        raise ValueError(f"{file}: claim {cid!r}: topic {c['topic']!r} is not one of {sorted(topics)}")
+    quotes = tuple(Quote(q["article"], sources[q["article"]]["title"], " ".join(q["text"].split())) for q in c["quote"])
+    return Claim(
+        id=cid,
+        source=f"{src['article']} ({sources[src['article']]['file']}) {src['section']}",
+        statement=c["statement"],
+        asserted=c["asserted"],
+        wording=str(c["wording"]),
+        tolerance=float(c["tolerance"]),
+        conditions=c.get("conditions") or {},
+        kind=tuple(c["kind"]),
+        evaluator=c["evaluator"],
+        needs=c.get("needs", ""),
+        figure=c.get("figure", ""),
+        topic=c["topic"],
+        topic_title=topics[c["topic"]],
+        headline=bool(c.get("headline", False)),
+        where=f"{sources[src['article']]['title']} ({src['article']}), {src['section_en']}",
+        quotes=quotes,
+    )
+
+
+def _parts(file: Path, whole: Claim, entry: dict) -> list[Claim]:
+    """The parts of a compound claim, each judged on its own: its statement, asserted value, wording and (by
+    default the whole's) tolerance, figure and headline; the whole's evaluator gives every part's verdict."""
+    out = [
+        dataclasses.replace(
+            whole,
+            id=part_id(whole.id, p["part"]),
+            statement=p["statement"],
+            asserted=p["asserted"],
+            wording=str(p["wording"]),
+            tolerance=float(p.get("tolerance", whole.tolerance)),
+            figure=p.get("figure", whole.figure),
+            headline=bool(p.get("headline", whole.headline)),
+            part=p["part"],
+            whole=whole,
         )
-        claims.extend(_parts(whole, c) or [whole])
-    return claims
+        for p in entry.get("parts") or []
+    ]
+    if len({c.part for c in out}) != len(out):
+        raise ValueError(f"{file}: claim {whole.id!r} names a part twice")
+    return out

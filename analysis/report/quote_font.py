@@ -14,11 +14,11 @@ import argparse
 import base64
 import io
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 
-import yaml
-
-from analysis import audit, registry
+from analysis import registry
+from analysis.audit import Claim
 
 ROOT = Path(__file__).resolve().parents[2]
 FONT = ROOT / "reports" / "fonts" / "quotes-noto-sans-sc.woff"
@@ -26,12 +26,11 @@ FAMILY = "Quote Noto Sans SC"  # the CSS family name the report's quotes ask for
 SC_NAME = "Noto Sans CJK SC"  # the face taken from a collection
 
 
-def quoted_text(path: str | Path = audit.REGISTRY, extra=None) -> str:
-    """Every quote of the registry at ``path`` and of the claim files ``extra`` (by default every family's,
-    ``analysis.registry.claim_files``), one per line."""
-    files = [Path(path), *(registry.claim_files() if extra is None else extra)]
-    datas = [yaml.safe_load(Path(f).read_text(encoding="utf-8")) for f in files]
-    return "\n".join(str(q["text"]) for data in datas for c in data["claims"] for q in c.get("quote") or [])
+def quoted_text(claims: Iterable[Claim] | None = None) -> str:
+    """Every quote of ``claims`` (by default every claim the report shows, ``analysis.registry.claims``), one
+    per line."""
+    claims = registry.claims() if claims is None else claims
+    return "\n".join(dict.fromkeys(q.text for c in claims for q in c.quotes))
 
 
 def characters(text: str) -> set[str]:

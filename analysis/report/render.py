@@ -263,7 +263,7 @@ def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | N
     if verdicts is None:
         return None
     figures = {(g["slug"], e["name"]): e["png"] for g in gpus for e in g.get("figures") or [] if e.get("png")}
-    rows = claims.claim_rows(verdicts, claims.load_texts(), {g["slug"] for g in gpus})
+    rows = claims.claim_rows(verdicts, registry.claims(), {g["slug"] for g in gpus})
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
     topics: dict[str, list[dict]] = {}
     for r in rows:

@@ -1,5 +1,6 @@
-"""The claims as the report shows them: display fields from the registry, rows by topic, the first screen,
-the filters, the embedded font for the quotes, and where each section's rows come from."""
+"""The claims as the report shows them: display fields from the claim files (the same Claim objects the audit
+judges), rows by topic, the first screen, the filters, the embedded font for the quotes, and where each
+section's rows come from."""
 
 from __future__ import annotations
 
@@ -27,22 +28,21 @@ def _write(tmp_path, data) -> str:
 
 
 def test_every_claim_has_a_topic_quote_and_english_section():
-    texts = claims_view.load_texts()
-    assert set(texts) == {c.id for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
-    for t in texts.values():
-        assert t.topic in claims_view.TOPICS and t.quotes and t.where
-        assert all(q.text and q.title for q in t.quotes)
-    assert set(claims_view.TOPICS) == {t.topic for t in texts.values()}  # no topic is left empty
-    headline_topics = {t.topic for t in texts.values() if t.headline}
-    assert headline_topics == set(claims_view.TOPICS)  # the first screen answers for every topic
+    claims = registry.claims()
+    for c in claims:
+        assert c.topic in claims.topics and c.topic_title == claims.topics[c.topic] and c.quotes and c.where
+        assert all(q.text and q.title for q in c.quotes)
+    assert set(claims.topics) == {c.topic for c in claims}  # no topic is left empty
+    headline_topics = {c.topic for c in claims if c.headline}
+    assert headline_topics == set(claims.topics)  # the first screen answers for every topic
 
 
 @pytest.mark.parametrize(
     ("field", "message"),
     [
-        ("topic", "topic None is not one of"),
-        ("quote", "quotes nothing of its article"),
-        ("section_en", "no English section name"),
+        ("topic", "'topic' is a required property"),
+        ("quote", "'quote' is a required property"),
+        ("section_en", "'section_en' is a required property"),
     ],
 )
 def test_a_claim_missing_a_display_field_is_named(tmp_path, registry_data, field, message):
@@ -53,7 +53,14 @@ def test_a_claim_missing_a_display_field_is_named(tmp_path, registry_data, field
     else:
         del claim[field]
     with pytest.raises(ValueError, match=f"claim '{claim['id']}'.*{message}"):
-        claims_view.load_texts(_write(tmp_path, data), extra=[])
+        audit.load_claims(registry.evaluators(), path=_write(tmp_path, data))
+
+
+def test_an_undeclared_topic_is_named(tmp_path, registry_data):
+    data = copy.deepcopy(registry_data)
+    data["claims"][3]["topic"] = "no-such-topic"
+    with pytest.raises(ValueError, match=f"claim '{data['claims'][3]['id']}': topic 'no-such-topic' is not one of"):
+        audit.load_claims(registry.evaluators(), path=_write(tmp_path, data))
 
 
 def _verdicts(rows: list[dict]) -> pd.DataFrame:
@@ -62,7 +69,7 @@ def _verdicts(rows: list[dict]) -> pd.DataFrame:
 
 
 def test_rows_come_in_topic_order_and_unknown_claims_are_refused():
-    texts = claims_view.load_texts()
+    texts = registry.claims()
     df = _verdicts(
         [
             {"claim_id": "w4-bandwidth", "verdict": "holds", "gpu": "h200", "figure": "w4a16_speedup"},
@@ -86,8 +93,9 @@ def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
 
     png = tmp_path / "fig.png"
     Image.new("RGB", (1200, 600), "white").save(png)
-    texts = claims_view.load_texts()
-    assert texts["fa1-speed-mem.speed"].headline and not texts["fa1-blocks"].headline
+    texts = registry.claims()
+    by_id = texts.by_id()
+    assert by_id["fa1-speed-mem.speed"].headline and not by_id["fa1-blocks"].headline
     df = _verdicts(
         [
             {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
@@ -112,7 +120,7 @@ def test_headlines_prefer_the_measured_row_and_carry_thumbnails(tmp_path):
 
 
 def test_filters_offer_the_values_present():
-    texts = claims_view.load_texts()
+    texts = registry.claims()
     df = _verdicts(
         [
             {"claim_id": "fa2-mfu.utilisation", "verdict": "partly", "gpu": "h200", "kind": "measured, transfer"},
@@ -161,11 +169,13 @@ def test_section_provenance_counts_rows_per_commit_and_names_the_recorded_change
 
 
 def test_a_compound_claim_shows_as_its_parts_under_the_whole_statement():
-    texts = claims_view.load_texts()
-    assert "fa1-speed-mem" not in texts
-    speed, memory = texts["fa1-speed-mem.speed"], texts["fa1-speed-mem.memory"]
-    assert speed.parent == memory.parent == "fa1-speed-mem"
-    assert speed.parent_statement == memory.parent_statement and "10–20×" in speed.parent_statement
+    claims = registry.claims()
+    by_id = claims.by_id()
+    assert "fa1-speed-mem" not in by_id
+    speed, memory = by_id["fa1-speed-mem.speed"], by_id["fa1-speed-mem.memory"]
+    assert speed.whole is memory.whole and speed.whole.id == "fa1-speed-mem"
+    assert "10–20×" in speed.whole.statement
     assert "2–4×" in speed.statement and "10–20×" in memory.statement and speed.quotes == memory.quotes
-    claims = {c.id for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
-    assert set(texts) == claims
+    df = _verdicts([{"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"}])
+    (row,) = claims_view.claim_rows(df, claims, set())
+    assert row["parent"] == "fa1-speed-mem" and row["parent_statement"] == speed.whole.statement

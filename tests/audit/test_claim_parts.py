@@ -80,7 +80,10 @@ def test_an_untestable_whole_makes_every_part_untestable():
 def test_the_registry_refuses_bad_part_names(tmp_path):
     data = yaml.safe_load(audit.REGISTRY.read_text(encoding="utf-8"))
     entry = next(c for c in data["claims"] if c.get("parts"))
-    for parts, message in ((["a.b", "c"], "a part needs a name without '.'"), (["x", "x"], "names a part twice")):
+    for parts, message in (
+        (["a.b", "c"], r"claim 'mem-128k-head' \(claims/1/parts/0/part\): 'a.b' does not match"),
+        (["x", "x"], "names a part twice"),
+    ):
         bad = copy.deepcopy(data)
         whole = next(c for c in bad["claims"] if c["id"] == entry["id"])
         whole["parts"] = [{**whole["parts"][0], "part": name} for name in parts]

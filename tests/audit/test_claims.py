@@ -103,8 +103,10 @@ def test_load_registry_reads_the_default_path(claims):
 def _claim_entry(cid: str, evaluator: str = "std_flops", **extra) -> dict:
     entry = {
         "id": cid,
-        "source": {"article": "S1", "section": "§1"},
+        "topic": "t",
+        "source": {"article": "S1", "section": "§1", "section_en": "Section 1"},
         "statement": "a statement",
+        "quote": [{"article": "S1", "text": "words"}],
         "asserted": {"approx": 1, "unit": "x"},
         "wording": "≈ 1",
         "tolerance": 0.0,
@@ -116,7 +118,11 @@ def _claim_entry(cid: str, evaluator: str = "std_flops", **extra) -> dict:
 
 
 def _write_registry(tmp_path, entries: list[dict]) -> Path:
-    doc = {"sources": {"S0": {"file": "a.txt", "title": "A"}, "S1": {"file": "b.txt", "title": "B"}}, "claims": entries}
+    doc = {
+        "topics": {"t": "A topic"},
+        "sources": {"S0": {"file": "a.txt", "title": "A"}, "S1": {"file": "b.txt", "title": "B"}},
+        "claims": entries,
+    }
     path = tmp_path / "registry.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return path
@@ -132,6 +138,8 @@ def test_small_valid_registry_loads(tmp_path):
     assert claims[0].source == "S1 (b.txt) §1"
     assert claims[1].needs == "a kernel"
     assert claims[0].conditions == {}
+    assert claims[0].topic_title == "A topic" and claims[0].where == "B (S1), Section 1"
+    assert [q.text for q in claims[0].quotes] == ["words"]
 
 
 @pytest.mark.parametrize(
@@ -148,9 +156,23 @@ def test_small_valid_registry_loads(tmp_path):
             id="not-built-empty-needs",
         ),
         pytest.param(
-            [_claim_entry("elsewhere", source={"article": "S9", "section": "x"})],
+            [_claim_entry("elsewhere", source={"article": "S9", "section": "x", "section_en": "x"})],
             "unknown article",
             id="unknown-article",
+        ),
+        pytest.param(
+            [_claim_entry("quoted", quote=[{"article": "S7", "text": "x"}])], "unknown article 'S7'", id="quote-article"
+        ),
+        pytest.param(
+            [_claim_entry("loose", tolerance=-0.1)],
+            r"claim 'loose' \(claims/0/tolerance\): -0.1 is less than the minimum of 0",
+            id="schema-tolerance",
+        ),
+        pytest.param([_claim_entry("extra", colour="red")], "Additional properties", id="schema-unknown-field"),
+        pytest.param(
+            [_claim_entry("two-values", asserted={"approx": 1, "range": [1, 2]})],
+            "claim 'two-values'",
+            id="schema-asserted",
         ),
     ],
 )

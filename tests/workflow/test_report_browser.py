@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import audit, pipeline, registry
+from analysis import pipeline, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -108,8 +108,7 @@ def test_verdict_table_has_every_claim(rendered):
     html, _ = rendered
     dom = dump_dom(html)
     ids = set(re.findall(r'<tr [^>]*class="claim-row" data-claim="([^"]+)"', dom))
-    claims = {c.id for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
-    assert ids == claims
+    assert ids == {c.id for c in registry.claims()}
 
 
 def test_nothing_is_wider_than_a_1280_pixel_window(rendered):
@@ -123,11 +122,9 @@ def test_nothing_is_wider_than_a_1280_pixel_window(rendered):
 def test_every_claim_shows_its_statement_and_the_quotes_render_in_the_embedded_font(rendered):
     import html as html_lib
 
-    from analysis.report import claims as claims_view
-
     page, _ = rendered
     dom = html_lib.unescape(dump_dom(page))
-    for claim in claims_view.load_texts().values():
+    for claim in registry.claims():
         assert claim.statement in dom, claim.id
         assert all(q.text in dom for q in claim.quotes), claim.id
     # the page's load handler found the embedded face, loaded it, and it covers every quote's characters
@@ -138,7 +135,7 @@ def test_every_claim_shows_its_statement_and_the_quotes_render_in_the_embedded_f
 def test_the_filter_shows_exactly_the_matching_rows(rendered, preset):
     html, out = rendered
     verdicts = pd.read_csv(out / "verdicts.csv", keep_default_na=False)
-    texts = claims_view_texts()
+    texts = registry.claims().by_id()
     want = pd.Series(True, index=verdicts.index)
     for kv in preset.split(","):
         key, value = kv.split(":")
@@ -152,9 +149,3 @@ def test_the_filter_shows_exactly_the_matching_rows(rendered, preset):
     dom = dump_dom(html, fragment=f"#filter={preset}")
     assert int(body_attr(dom, "data-claims-shown")) == int(want.sum())
     assert int(body_attr(dom, "data-claims-shown")) < len(verdicts)
-
-
-def claims_view_texts():
-    from analysis.report import claims as claims_view
-
-    return claims_view.load_texts()
