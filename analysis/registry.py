@@ -2,7 +2,7 @@
 name on the two lines below (its folder under ``analysis/families/`` holds everything else).
 
 From the families it derives what the rest of the pipeline asks for: the result tables (``tables``: composed
-from the columns of the families that share each one), every claim evaluator (``evaluators``), claim file and
+from the columns of the families that share each one), every claim evaluator (``evaluators``), claim document and
 claim (``claims``), and which family an experiment belongs to.
 """
 
@@ -64,13 +64,13 @@ def evaluators() -> dict:
     return out
 
 
-def claim_files() -> list[Path]:
-    """The families' own claim files (``claims.yaml``), beside the articles' registry."""
-    return [p for p in (f.claims_file() for f in FAMILIES.values()) if p is not None]
+def claim_documents() -> list[tuple[Path, dict]]:
+    """The families' own claims (file, its claims document), beside the articles' registry."""
+    return [d for d in (f.claims_document() for f in FAMILIES.values()) if d is not None]
 
 
 @functools.cache
 def claims() -> Claims:
     """Every claim the audit judges and the report shows: the articles' registry, then each family's own claim
     file, read and validated once (``analysis.audit.claims``)."""
-    return load_claims(evaluators(), claim_files())
+    return load_claims(evaluators(), claim_documents())

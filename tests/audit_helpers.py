@@ -16,7 +16,7 @@ ATTENTION = registry.table("attention")
 
 def all_claims() -> dict[str, Claim]:
     """Every claim (the articles' registry and the families' own), by id."""
-    return {c.id: c for c in load_claims(registry.evaluators(), registry.claim_files())}
+    return {c.id: c for c in load_claims(registry.evaluators(), registry.claim_documents())}
 
 
 def judge(claims: list[Claim], ctx: Context, band: bool = True) -> pd.DataFrame:

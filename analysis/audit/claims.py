@@ -98,13 +98,16 @@ def part_id(claim_id: str, part: str) -> str:
     return f"{claim_id}{PART_SEP}{part}"
 
 
-def load_claims(evaluators: Collection[str], extra: Iterable[str | Path] = (), path: str | Path = REGISTRY) -> Claims:
-    """The claims of the registry at ``path``, then those of each file of ``extra`` (a family's own
-    ``claims.yaml``, with its own ``sources`` and ``topics``), in order. A file that breaks the schema, an
-    unknown evaluator (not in ``evaluators``, nor ``not_built``), an unknown article or topic and a duplicate id
-    are errors naming the file and the claim."""
+def load_claims(
+    evaluators: Collection[str], extra: Iterable[str | Path | tuple[Path, dict]] = (), path: str | Path = REGISTRY
+) -> Claims:
+    """The claims of the registry at ``path``, then those of each document of ``extra`` (a family's own
+    claims, with their own ``sources`` and ``topics``: a file, or a file and the document read from it,
+    ``analysis.registry.claim_documents``), in order. A document that breaks the schema, an unknown evaluator
+    (not in ``evaluators``, nor ``not_built``), an unknown article or topic and a duplicate id are errors naming
+    the file and the claim."""
     known = set(evaluators) | {NOT_BUILT}
-    datas = [(Path(f), _validated(Path(f))) for f in (path, *extra)]
+    datas = [_validated(*(d if isinstance(d, tuple) else (d, None))) for d in (path, *extra)]
     topics: dict[str, str] = {}
     for _, data in datas:
         for name, title in (data.get("topics") or {}).items():
@@ -128,9 +131,12 @@ def _schema_validator():
     return jsonschema.Draft202012Validator(yaml.safe_load(SCHEMA.read_text(encoding="utf-8")))
 
 
-def _validated(path: Path) -> dict:
-    """The claim file at ``path``, checked against the schema; the first problems named with their place."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+def _validated(path: Path, data: dict | None = None) -> tuple[Path, dict]:
+    """(``path``, the claims document read from it, or ``data`` when given), checked against the schema; the
+    first problems named with their place."""
+    path = Path(path)
+    if data is None:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     errors = sorted(_schema_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         lines = []
@@ -142,7 +148,7 @@ def _validated(path: Path) -> dict:
             lines.append(f"{place or 'top level'}: {e.message}")
         more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
         raise ValueError(f"{path}: does not match {SCHEMA.name}{more}:\n  " + "\n  ".join(lines))
-    return data
+    return path, data
 
 
 def _claim(file: Path, sources: dict, c: dict, evaluators: set[str], topics: dict[str, str]) -> Claim:

@@ -3,27 +3,31 @@
 A family lives in ``analysis/families/<name>/`` (its kernels, where it has its own, in ``kernels/<name>/``)
 and is listed once in ``analysis/registry.py``. ``<name>`` is also its config section, its results subfolder
 (``results/<gpu>/<name>/<shard>.csv``) and the ``family`` value of the rows it writes. Its folder holds the
-same files in every family:
+same parts in every family, each a module of its own or, in a small family, a name of the package itself
+(``PARTS``: the package's ``__init__.py`` may define ``EXPERIMENTS``, ``run``, ``FIGURES``, ``EVALUATORS``...):
 
-- ``plan.py`` (no torch: the workflow imports it to plan jobs): ``EXPERIMENTS``; ``shards(config)``, shard name →
+- ``plan`` (no torch: the workflow imports it to plan jobs): ``EXPERIMENTS``; ``shards(config)``, shard name →
   the fields of one job's spec (the whole config is passed; the family reads its section); ``spec(fields)``,
   the spec of a shard, whose ``points()`` counts its rows; the cost estimate ``estimate_seconds(fields)``,
   ``compile_keys(fields)`` and ``COMPILE_S``; optionally ``checks(config)``, correctness checks run on the
   CPU in Triton's interpreter.
-- ``run.py``: ``run(spec, env, device, log_line, files) -> rows`` measures one shard (``files``: a folder for
+- ``run``: ``run(spec, env, device, log_line, files) -> rows`` measures one shard (``files``: a folder for
   the job's side files, kept beside its log).
-- ``figures.py``: ``FIGURES``, name → ``Figure`` (optionally ``COMPARISON``, figures over every GPU's table);
+- ``figures``: ``FIGURES``, name → ``Figure`` (optionally ``COMPARISON``, figures over every GPU's table);
   ``captions/<name>.rst`` the caption of each.
-- ``claims.py``: ``EVALUATORS``, name → the evaluator of the registry's claims that name it
-  (``analysis.audit``); optionally ``claims.yaml``, claims of the family's own sources (the registry's
-  format; ``topics`` may add report topics of its own, ``analysis.report.claims``).
+- ``claims``: ``EVALUATORS``, name → the evaluator of the registry's claims that name it
+  (``analysis.audit``); optionally claims of the family's own sources (``claims.yaml``, the registry's
+  format, ``workflow/schemas/claims.schema.yaml``; ``topics`` may add report topics of its own).
 - ``columns.yaml``: the columns its rows carry, in order, and the definitions of those the shared
   ``workflow/schemas/result.schema.yaml`` does not have (``analysis.core.tables``).
 - ``config.schema.yaml``: the JSON schema of its config section (``analysis.configuration`` composes the
-  workflow's schema from them).
-- optionally ``report.py`` (``shape(row)``: a point's shape in words, for the report's failure and check
-  tables; ``summary_tables(tables)``: tables the report shows per GPU) and ``summary.py`` (``lines(tables)``:
+  workflow's schema from them; its defaults fill a section the config leaves out).
+- optionally ``report`` (``shape(row)``: a point's shape in words, for the report's failure and check
+  tables; ``summary_tables(tables)``: tables the report shows per GPU) and ``summary`` (``lines(tables)``:
   the measured figures of ``reports/reference/<gpu>/summary.md``).
+
+A small family may keep its three YAML documents in one ``family.yaml`` instead, under the keys ``columns``,
+``config`` and ``claims`` (``YAML_PARTS``).
 
 Modules other than ``plan.py`` are imported only when used, so planning the workflow never imports torch.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -42,6 +47,17 @@ import yaml
 from analysis.core.paths import ROOT
 
 SCOPES = ("gpu", "machine")  # measured on each GPU type; or computed once, GPU-independent, on this machine
+# each part of a family: the name that says a module (or the package itself) is that part
+PARTS = {
+    "plan": "EXPERIMENTS",
+    "run": "run",
+    "figures": "FIGURES",
+    "claims": "EVALUATORS",
+    "report": "shape",
+    "summary": "lines",
+}
+ONE_FILE = "family.yaml"  # a small family's YAML documents in one file, by key
+YAML_PARTS = {"columns.yaml": "columns", "config.schema.yaml": "config", "claims.yaml": "claims"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +71,8 @@ class Figure:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Family:
-    """A kernel family: its plan module and what the pipeline needs to know about it beside its files.
+    """A kernel family: its package (``analysis.families.<name>``; its ``__init__`` passes ``__name__``) and
+    what the pipeline needs to know about it beside its files.
 
     ``table``: the result table its rows are collected into (default: its name; families whose rows share a
     layout share one). ``sections``: (id, title) of the report sections its figures appear under, in order.
@@ -66,7 +83,7 @@ class Family:
     """
 
     name: str
-    plan: ModuleType
+    package: str
     title: str
     table: str = ""
     sections: tuple[tuple[str, str], ...] = ()
@@ -82,12 +99,15 @@ class Family:
 
     # --- where its files are ------------------------------------------------------------------------------
     @property
-    def package(self) -> str:
-        return self.plan.__name__.rpartition(".")[0]
+    def folder(self) -> Path:
+        return Path(importlib.util.find_spec(self.package).origin).resolve().parent
 
     @property
-    def folder(self) -> Path:
-        return Path(self.plan.__file__).resolve().parent
+    def plan(self) -> ModuleType:
+        plan = self.module("plan")
+        if plan is None:
+            raise ValueError(f"family {self.name}: no plan (a plan.py, or EXPERIMENTS in {self.package})")
+        return plan
 
     @property
     def captions(self) -> Path:
@@ -97,14 +117,26 @@ class Family:
         """The caption file of one of its figures, relative to the repository root."""
         return str((self.captions / f"{figure}.rst").relative_to(ROOT))
 
-    def has(self, module: str) -> bool:
-        return (self.folder / f"{module}.py").is_file()
+    def has(self, part: str) -> bool:
+        """Whether it has ``part`` (a key of ``PARTS``), without importing a module of its own for it."""
+        return (self.folder / f"{part}.py").is_file() or hasattr(self._package(), PARTS[part])
 
-    def module(self, name: str) -> ModuleType | None:
-        """One of its modules (``run``, ``figures``, ``claims``, ``report``, ``summary``), or None without it."""
-        return importlib.import_module(f"{self.package}.{name}") if self.has(name) else None
+    def module(self, part: str) -> ModuleType | None:
+        """The module of one of its parts (``PARTS``: ``plan``, ``run``, ``figures``, ...): its own module, or the
+        package when the package defines the part itself; None without it."""
+        if (self.folder / f"{part}.py").is_file():
+            return importlib.import_module(f"{self.package}.{part}")
+        package = self._package()
+        return package if hasattr(package, PARTS[part]) else None
+
+    def _package(self) -> ModuleType:
+        return importlib.import_module(self.package)
 
     def yaml(self, name: str) -> dict:
+        """One of its YAML documents (``YAML_PARTS``): its own file, or its key of ``family.yaml``; {} without it."""
+        one = self.folder / ONE_FILE
+        if one.is_file() and not (self.folder / name).is_file():
+            return _yaml(one).get(YAML_PARTS[name]) or {}
         return _yaml(self.folder / name)
 
     # --- what it brings -----------------------------------------------------------------------------------
@@ -118,9 +150,13 @@ class Family:
     def config_schema(self) -> dict:
         return self.yaml("config.schema.yaml")
 
-    def claims_file(self) -> Path | None:
-        path = self.folder / "claims.yaml"
-        return path if path.is_file() else None
+    def claims_document(self) -> tuple[Path, dict] | None:
+        """Its own claims (``claims.yaml``, or the ``claims`` of ``family.yaml``) and the file they are in."""
+        data = self.yaml("claims.yaml")
+        if not data:
+            return None
+        own = self.folder / "claims.yaml"
+        return (own if own.is_file() else self.folder / ONE_FILE), data
 
     def run(self) -> Callable:
         return self.module("run").run

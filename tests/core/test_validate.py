@@ -175,7 +175,7 @@ def test_a_corrupted_environment_is_named(tmp_path):
 
 def _verdicts(tmp_path) -> Path:
     ctx = pipeline.read_context({"attention": {"h200": SHIPPED / "attention.csv"}})
-    claims = {c.id: c for c in audit.load_claims(registry.evaluators(), registry.claim_files())}
+    claims = {c.id: c for c in audit.load_claims(registry.evaluators(), registry.claim_documents())}
     df = judge([claims[i] for i in ("fp8-2pf", "std-flops", "flashinfer")], ctx)
     path = tmp_path / "verdicts.csv"
     outputs.write_csv(df, path)

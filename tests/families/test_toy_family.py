@@ -1,8 +1,10 @@
-"""Adding a family touches five places: its kernel folder, its family folder, one line of the registry, its config
-section, and its tests (this file). A toy family (a Triton kernel that scales a vector, one experiment, one
-figure, one claim of its own, under a report topic of its own) is added that way to a copy of the repository,
-and the workflow runs it on the CPU (the ``cpu`` GPU type: Triton's interpreter) end to end: its benchmark job,
-the collected table, its figure, the audit's verdict on its claim, and the report."""
+"""Adding a family takes at most six files, tests aside: its kernel module, its family package (one
+``__init__.py`` holding plan, run, figure and evaluator), its ``family.yaml`` (columns, config schema, claims),
+its figure's caption, one line of the registry and its config section (docs/experiments.md lists them). A toy
+family (a Triton kernel that scales a vector, one experiment, one figure, one claim of its own, under a report
+topic of its own) is added that way to a copy of the repository, and the workflow runs it on the CPU (the
+``cpu`` GPU type: Triton's interpreter) end to end: its benchmark job, the collected table, its figure, the
+audit's verdict on its claim, and the report."""
 
 from __future__ import annotations
 
@@ -17,18 +19,12 @@ from snakemake_helpers import interpreter_blocker, job_counts, snakemake
 ROOT = Path(__file__).resolve().parents[2]
 COPIED = ("Snakefile", "workflow", "kernels", "analysis", "reports", "envs")
 
-# ---- place 1: the kernel folder -------------------------------------------------------------------------
+# ---- file 1: the kernel, its launcher and its float64 reference -------------------------------------------
 KERNEL = {
-    "kernels/toy/__init__.py": '''
-        """A toy kernel family: ``scale(x, alpha)`` = alpha · x."""
+    "kernels/toy.py": '''
+        """A toy kernel family: ``scale(x, alpha)`` = alpha · x, and its float64 reference."""
 
-        from kernels.toy.toy import scale
-
-        __all__ = ["scale"]
-    ''',
-    "kernels/toy/toy_kernels.py": '''
-        """The jit kernel: one program scales BLOCK elements."""
-
+        import torch
         import triton
         import triton.language as tl
 
@@ -38,55 +34,36 @@ KERNEL = {
             offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
             mask = offs < n
             tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * alpha, mask=mask)
-    ''',
-    "kernels/toy/toy_config.py": '''
-        """The toy kernel's one heuristic: its block size."""
-
-
-        def block_size(n: int) -> int:
-            return 128 if n >= 128 else 32
-    ''',
-    "kernels/toy/toy.py": '''
-        """The public op and its launcher."""
-
-        import torch
-        import triton
-
-        from kernels.toy.toy_config import block_size
-        from kernels.toy.toy_kernels import scale_kernel
 
 
         def scale(x: torch.Tensor, alpha: float) -> torch.Tensor:
             x = x.contiguous()
             out = torch.empty_like(x)
-            block = block_size(x.numel())
+            block = 128 if x.numel() >= 128 else 32
             scale_kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), alpha, BLOCK=block)
             return out
-    ''',
-    "kernels/toy/reference.py": '''
-        """The float64 reference."""
 
 
-        def scale(x, alpha: float):
+        def reference(x: torch.Tensor, alpha: float) -> torch.Tensor:
             return x.double() * alpha
     ''',
 }
 
-# ---- place 2: the family folder ---------------------------------------------------------------------------
+# ---- files 2-4: the family -- its plan, run, figure and evaluator in one package; its columns, config
+# schema and claim in one family.yaml; the figure's caption ----------------------------------------------------
 FAMILY = {
     "analysis/families/toy/__init__.py": '''
-        """The toy family: the toy kernel against its float64 reference."""
-
-        from analysis.core.family import Family
-        from analysis.families.toy import plan
-
-        FAMILY = Family(name="toy", plan=plan, title="Toy scaling", sections=(("toy", "Toy scaling"),))
-    ''',
-    "analysis/families/toy/plan.py": '''
-        """One experiment, one shard of the config section."""
+        """The toy family: the toy kernel against its float64 reference, one experiment, one figure, one claim."""
 
         import dataclasses
 
+        from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
+        from analysis.audit.verdicts import judge_at_most, on_each_gpu
+        from analysis.core.family import Family, Figure
+
+        FAMILY = Family(name="toy", package=__name__, title="Toy scaling", sections=(("toy", "Toy scaling"),))
+
+        # ---- plan: one experiment, one shard of the config section (no torch here: the workflow plans with it)
         EXPERIMENTS = ("toy-scale",)
 
 
@@ -108,24 +85,20 @@ FAMILY = {
         def shards(config: dict) -> dict[str, dict]:
             toy = config["toy"]
             return {"toy_scale": {"sizes": list(toy["sizes"]), "alpha": toy["alpha"]}}
-    ''',
-    "analysis/families/toy/run.py": '''
-        """One row per size: the kernel's error against the float64 reference."""
-
-        import torch
-
-        from analysis.core.provenance import now_utc, row_provenance
 
 
+        # ---- run: one row per size, the kernel's error against the float64 reference
         def run(spec, env, device, log_line, files=None) -> list[dict]:
+            import torch
+
+            from analysis.core.provenance import now_utc, row_provenance
             from kernels import toy
-            from kernels.toy import reference
 
             gen = torch.Generator(device=device).manual_seed(spec.seed)
             rows = []
             for n in spec.sizes:
                 x = torch.randn(n, generator=gen, device=device)
-                err = (toy.scale(x, spec.alpha).double() - reference.scale(x, spec.alpha)).abs().max().item()
+                err = (toy.scale(x, spec.alpha).double() - toy.reference(x, spec.alpha)).abs().max().item()
                 ok = err <= spec.bound
                 rows.append(dict(experiment="toy-scale", family="toy", impl="ours-toy", size=n,
                                  status="ok" if ok else "mismatch", message="" if ok else f"error {err:.3g}",
@@ -133,34 +106,14 @@ FAMILY = {
                                  **row_provenance(env)))
                 log_line(f"toy n={n}: error {err:.3g}")
             return rows
-    ''',
-    "analysis/families/toy/columns.yaml": """
-        description: one toy point.
-        columns: [experiment, family, impl, size, status, message, timed, max_abs_err, err_bound, gpu_name, gpu,
-                  driver, cuda, torch, triton, python, git_sha, timestamp]
-        properties:
-          size: {description: "Elements scaled.", type: integer, minimum: 1}
-    """,
-    "analysis/families/toy/config.schema.yaml": """
-        description: The toy family.
-        type: object
-        additionalProperties: false
-        default: {}
-        properties:
-          enabled: {description: "Run it.", type: boolean, default: true}
-          sizes: {description: "Vector sizes.", type: array, items: {type: integer, minimum: 1}, default: [7, 300]}
-          alpha: {description: "The scale.", type: number, default: 1.5}
-    """,
-    "analysis/families/toy/figures.py": '''
-        """The toy's one figure: its error against the size."""
-
-        import matplotlib.pyplot as plt
-
-        from analysis.core.family import Figure
-        from analysis.core.plotting import NoDataError, save
 
 
+        # ---- figures: its error against the size
         def toy_error(df, out_png):
+            import matplotlib.pyplot as plt
+
+            from analysis.core.plotting import NoDataError, save
+
             d = df[df["status"] == "ok"]
             if d.empty:
                 raise NoDataError("no ok toy rows")
@@ -173,16 +126,8 @@ FAMILY = {
 
 
         FIGURES = {"toy_error": Figure(toy_error, "toy")}
-    ''',
-    "analysis/families/toy/captions/toy_error.rst": """
-        The toy kernel's largest error against float64, per vector size.
-    """,
-    "analysis/families/toy/claims.py": '''
-        """The evaluator of the toy's claim, from its table."""
 
-        from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
-        from analysis.audit.verdicts import judge_at_most, on_each_gpu
-
+        # ---- claims: the evaluator of its claim, from its table
         EVALUATORS = Evaluators()
 
 
@@ -200,29 +145,48 @@ FAMILY = {
 
             return on_each_gpu(results, one, "the toy experiment")
     ''',
-    "analysis/families/toy/claims.yaml": """
-        sources:
-          TOY: {file: toy.txt, title: "The toy note"}
-        topics:
-          toy: Toy scaling
+    "analysis/families/toy/family.yaml": """
+        columns:
+          description: one toy point.
+          columns: [experiment, family, impl, size, status, message, timed, max_abs_err, err_bound, gpu_name, gpu,
+                    driver, cuda, torch, triton, python, git_sha, timestamp]
+          properties:
+            size: {description: "Elements scaled.", type: integer, minimum: 1}
+        config:
+          description: The toy family.
+          type: object
+          additionalProperties: false
+          default: {}
+          properties:
+            enabled: {description: "Run it.", type: boolean, default: true}
+            sizes: {description: "Vector sizes.", type: array, items: {type: integer, minimum: 1}, default: [7, 300]}
+            alpha: {description: "The scale.", type: number, default: 1.5}
         claims:
-          - id: toy-exact
-            topic: toy
-            headline: true
-            source: {article: TOY, section: "1", section_en: "Section 1"}
-            statement: Scaling in float32 is exact to float64 within a millionth.
-            quote:
-              - {article: TOY, text: "Scaling a vector is exact to a millionth."}
-            asserted: {at_most: 1.0e-6}
-            wording: within a millionth
-            tolerance: 0
-            kind: [measured]
-            evaluator: toy_exact
-            figure: toy_error
+          sources:
+            TOY: {file: toy.txt, title: "The toy note"}
+          topics:
+            toy: Toy scaling
+          claims:
+            - id: toy-exact
+              topic: toy
+              headline: true
+              source: {article: TOY, section: "1", section_en: "Section 1"}
+              statement: Scaling in float32 is exact to float64 within a millionth.
+              quote:
+                - {article: TOY, text: "Scaling a vector is exact to a millionth."}
+              asserted: {at_most: 1.0e-6}
+              wording: within a millionth
+              tolerance: 0
+              kind: [measured]
+              evaluator: toy_exact
+              figure: toy_error
+    """,
+    "analysis/families/toy/captions/toy_error.rst": """
+        The toy kernel's largest error against float64, per vector size.
     """,
 }
 
-# ---- place 4: the config section; the run's own file turns the other families off --------------------------
+# ---- file 6: its config section (file 5: the registry's line, below); the run's own file turns the others off
 SECTION = "toy:\n  enabled: true\n  sizes: [7, 300]\n  alpha: 1.5\n"
 RUN = """gpus: [cpu]
 reference_dir: null
@@ -243,7 +207,7 @@ def _add_family(work: Path) -> set[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip())
         touched.add(rel)
-    registry = work / "analysis" / "registry.py"  # place 3: one line (its import and its place in the order)
+    registry = work / "analysis" / "registry.py"  # file 5: one line (its import and its place in the order)
     text = registry.read_text()
     imports = "from analysis.families import attention, compiled, fp8, moe, traffic, w4a16\n"
     order = "(attention, fp8, traffic, w4a16, moe, compiled)"
@@ -285,15 +249,7 @@ def toy_run(tmp_path_factory) -> Path:
     after = _tree(work)
     changed = {p for p in after if before.get(p) != after[p]}
     assert changed == touched
-    places = {
-        "kernels/toy"
-        if p.startswith("kernels/toy/")
-        else "analysis/families/toy"
-        if p.startswith("analysis/families/toy/")
-        else p
-        for p in changed
-    }
-    assert places == {"kernels/toy", "analysis/families/toy", "analysis/registry.py", "workflow/config.yaml"}
+    assert len(changed) <= 6, sorted(changed)  # a whole family (kernel, experiment, figure, claim, config) in six
     (work / "run.yaml").write_text(RUN)
     r = snakemake("-n", "--cores", "1", "--configfile", "run.yaml", cwd=work)
     assert r.returncode == 0, r.stderr[-4000:]

@@ -2,11 +2,10 @@
 (``kernels/attention``), against naive attention and every SDPA backend."""
 
 from analysis.core.family import Family
-from analysis.families.attention import plan
 
 FAMILY = Family(
     name="attention",
-    plan=plan,
+    package=__name__,
     title="Attention: FlashAttention-1, -2, -3, decoding, variable-length batches",
     sections=(
         ("fa2-setting", "FlashAttention-2 setting: throughput per mode"),

@@ -2,6 +2,5 @@
 FA-2 for sm_90 and sm_80), compiled on the CPU; GPU-independent."""
 
 from analysis.core.family import Family
-from analysis.families.compiled import plan
 
-FAMILY = Family(name="compiled", plan=plan, title="Compiled kernels", scope="machine")
+FAMILY = Family(name="compiled", package=__name__, title="Compiled kernels", scope="machine")

@@ -2,11 +2,10 @@
 what it costs in accuracy; its rows go to the attention table."""
 
 from analysis.core.family import Family
-from analysis.families.fp8 import plan
 
 FAMILY = Family(
     name="fp8",
-    plan=plan,
+    package=__name__,
     title="FP8 attention",
     table="attention",
     sections=(

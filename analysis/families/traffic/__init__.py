@@ -2,11 +2,10 @@
 the byte models of ``analysis.core.models``."""
 
 from analysis.core.family import Family
-from analysis.families.traffic import plan
 
 FAMILY = Family(
     name="traffic",
-    plan=plan,
+    package=__name__,
     title="HBM traffic",
     sections=(("traffic", "HBM traffic"),),
     minutes=180,  # every point under ncu, which replays each kernel many times: the longest GPU job

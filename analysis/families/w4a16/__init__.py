@@ -2,11 +2,10 @@
 per-channel weights dequantised in registers), against cuBLAS, the unfused path and PyTorch's int4 kernel."""
 
 from analysis.core.family import Family
-from analysis.families.w4a16 import plan
 
 FAMILY = Family(
     name="w4a16",
-    plan=plan,
+    package=__name__,
     title="W4A16 / W8A16 linear layers",
     table="ops",
     sections=(("w4a16", "W4A16 / W8A16 linear layers"),),
