@@ -17,8 +17,7 @@ import seaborn as sns
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from analysis.core.plotting import DTYPE_ORDER, OURS, colour, fmt_n, impl_order, line_style, log2_x, require, theme
-from analysis.families.attention.plots import (
-    BASELINE,
+from analysis.families._shared.attention_plots import (
     ID,
     failed,
     missing_note,
@@ -30,6 +29,7 @@ from analysis.families.attention.plots import (
     title,
     with_failed,
 )
+from analysis.families.attention.plots import BASELINE
 
 FA1 = "ours-fa1"
 

@@ -31,9 +31,9 @@ from analysis.core.plotting import (
     save,
     theme,
 )
+from analysis.families._shared.attention_plots import ID, missing_note, ok_timed, prepare, tidy, title
 from analysis.families.attention.plots import (
     BASELINE,
-    ID,
     MATCH,
     MODE_TEXT,
     fa2_forward,
@@ -41,11 +41,6 @@ from analysis.families.attention.plots import (
     facet_grid,
     facets,
     finish,
-    missing_note,
-    ok_timed,
-    prepare,
-    tidy,
-    title,
 )
 
 

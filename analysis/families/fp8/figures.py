@@ -1,7 +1,7 @@
 """Figures of FP8 attention: its speed against the 16-bit kernels and this run's GEMM ceilings, and its accuracy.
 
 Same contract as every figure (``analysis.core.plotting``), drawn from the FP8 rows of the attention table with
-the attention family's helpers (``analysis.families.attention.plots``).
+the attention table's helpers (``analysis.families._shared.attention_plots``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import seaborn as sns
 
 from analysis.core.family import Figure
 from analysis.core.plotting import DTYPE_ORDER, OURS, fmt_n, impl_order, line_style, log2_x, require, theme
-from analysis.families.attention.fa3_figures import ABLATION_LABELS, ABLATION_ORDER, ablation_bars
-from analysis.families.attention.plots import (
+from analysis.families._shared.attention_plots import (
     ID,
+    ablation_bars,
     failed,
     missing_note,
     ok_timed,
@@ -25,6 +25,7 @@ from analysis.families.attention.plots import (
     title,
     with_failed,
 )
+from analysis.families._shared.fa3_ablation import ABLATION_LABELS, ABLATION_ORDER
 
 CEILINGS = {"fp8-mm": "FP8 GEMM ceiling", "bf16-mm": "bf16 GEMM ceiling"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.core.summaries import Line, met, ok_timed, span
-from analysis.families.attention.fa3_claims import ABLATED
+from analysis.families._shared.fa3_ablation import ABLATED
 
 LONG = 4096
 OUTLIER_N = 8192
