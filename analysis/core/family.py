@@ -25,7 +25,9 @@ same files in every family:
   tables; ``summary_tables(tables)``: tables the report shows per GPU) and ``summary.py`` (``lines(tables)``:
   the measured figures of ``reports/reference/<gpu>/summary.md``).
 
-Modules other than ``plan.py`` are imported only when used, so planning the workflow never imports torch.
+Modules other than ``plan.py`` are imported only when used, so planning the workflow never imports torch. A
+family's modules import no other family's: what several families use lives below them all, in
+``analysis/families/_shared/`` (a package, not a family: the registry never lists it).
 """
 
 from __future__ import annotations

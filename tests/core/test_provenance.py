@@ -88,6 +88,7 @@ def test_git_sha_of_a_repository(tmp_path, monkeypatch):
         ("analysis/families/fp8/sub/run.py", False),
         ("analysis/families/fp8/claims.py", False),
         ("analysis/families/_shared/attention_measure.py", True),
+        ("analysis/families/_shared/operator_rows.py", True),
         ("analysis/families/_shared/attention_plots.py", False),
         ("analysis/core/harness.py", True),
         ("analysis/core/harness_notes.py", False),

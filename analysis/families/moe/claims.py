@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
 from analysis.audit.verdicts import side_by_side, span
+from analysis.families._shared.operator_claims import OPS, measured_ops
 from analysis.families.moe.tables import moe_stage_split
-from analysis.families.w4a16.claims import measured_ops
 
-OPS = "ops"  # the table these claims read
 EVALUATORS = Evaluators()
 
 
