@@ -1,12 +1,12 @@
-"""The claims audit: every claim gets a verdict with its evidence, judged by its family's evaluator.
+"""The claims audit: every claim gets a verdict with its evidence, judged by its evaluator.
 
-An evaluator (a function of a family's ``claims.py``, named by the claim) recomputes the claim from the
-analytic models (``analysis.core.models``), the GPU specification table (``analysis.core.gpus``) or the
-pipeline's measured tables (``analysis.audit.context``), and returns one ``Verdict`` per GPU it could judge
-(analytic claims: one, with ``gpu = "-"``). Nothing observed is ever typed in: every observed number is
-computed from a model or read from a result file named in the verdict's ``evidence``. ``audit`` judges every
-claim, and each measured verdict again across the band of its timings (``analysis.audit.band``: borderline
-verdicts); ``summary`` counts them.
+An evaluator (a function of a family's ``claims.py``, or of ``analysis.audit.arithmetic`` for the articles' GPU
+datasheet arithmetic; named by the claim) recomputes the claim from the analytic models
+(``analysis.core.models``), the GPU specification table (``analysis.core.gpus``) or the pipeline's measured
+tables (``analysis.audit.context``), and returns one ``Verdict`` per GPU it could judge (analytic claims: one,
+with ``gpu = "-"``). Nothing observed is ever typed in: every observed number is computed from a model or read
+from a result file named in the verdict's ``evidence``. ``audit`` judges every claim, and each measured verdict
+again across the band of its timings (``analysis.audit.band``: borderline verdicts); ``summary`` counts them.
 
 To wire a new experiment's claims: write an evaluator in the family's ``claims.py`` (``@EVALUATORS("name")``)
 that reads the family's table from the context, and set ``evaluator: name`` in the claim (replacing
