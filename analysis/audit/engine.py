@@ -122,9 +122,5 @@ def summary(verdicts: pd.DataFrame) -> dict[str, int]:
     them are borderline (their verdict changes inside the p20–p80 band of the timings they use)."""
     counts = verdicts["verdict"].value_counts()
     out = {v: int(counts.get(v, 0)) for v in VERDICTS}
-    out["borderline"] = int(_as_bool(verdicts["borderline"]).sum()) if "borderline" in verdicts else 0
+    out["borderline"] = int(verdicts["borderline"].sum()) if "borderline" in verdicts else 0
     return out
-
-
-def _as_bool(col: pd.Series) -> pd.Series:
-    return col.astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))

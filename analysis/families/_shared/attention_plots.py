@@ -1,7 +1,7 @@
 """The attention table's plotting helpers, shared by the attention and FP8 families' figures.
 
-``prepare(df, experiment)`` gives one experiment's rows with bools, numbers and the facet label (``panel``)
-normalised; ``ok_timed`` and ``failed`` split them; ``title`` names what the facets leave fixed;
+``prepare(df, experiment)`` gives one experiment's rows with the facet label (``panel``);
+``analysis.core.tables.finished`` and ``failed`` split them; ``title`` names what the facets leave fixed;
 ``missing_note`` names the points that did not finish, for the note under a figure, and ``with_failed`` keeps
 them in the table behind it; ``pair`` joins every implementation's rows to a reference's at the same point;
 ``ablation_bars`` draws an ablation (FA-3's, in bf16 or in FP8). Only rows that finished and were timed are
@@ -15,12 +15,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from analysis.core.plotting import as_bool, fmt_n, gpu_label, note, require, save, theme
+from analysis.core.plotting import fmt_n, gpu_label, note, require, save, theme
+from analysis.core.tables import finished
 
 SHAPE = ["batch", "heads", "seqlen_q", "seqlen_k", "head_dim"]
-
-
-NUMERIC = ["ms_median", "ms_p20", "ms_p80", "tflops", "peak_mem_mib", "model_bytes", "gbps", "pad_waste", "tokens"]
 
 
 # Leading columns of every table behind a figure.
@@ -42,7 +40,8 @@ ID = [
 
 
 def prepare(df: pd.DataFrame, experiment: str, several_gpus: bool = False) -> pd.DataFrame:
-    """Rows of one experiment with bools, numbers and the facet label (``panel``) normalised.
+    """Rows of one experiment (of the table as its reader typed it) with plain integer shapes and the facet
+    label (``panel``).
 
     Raises ``ValueError`` if the table mixes GPUs, unless ``several_gpus`` (the comparison figure):
     every other figure and summary is for one GPU.
@@ -51,26 +50,16 @@ def prepare(df: pd.DataFrame, experiment: str, several_gpus: bool = False) -> pd
     if len(gpus) > 1 and not several_gpus:
         raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
     d = df[df["experiment"] == experiment].copy()
-    d["causal"] = as_bool(d["causal"])
-    d["timed"] = as_bool(d["timed"])
-    for c in SHAPE + NUMERIC + ["heads_kv"]:
-        d[c] = pd.to_numeric(d[c], errors="coerce")
     # A row without a shape cannot be placed on any axis.
     d = d.dropna(subset=SHAPE)
     for c in SHAPE:
         d[c] = d[c].astype("int64")
-    d["dtype"] = d["dtype"].astype(str)
     d["panel"] = [panel_label(h, c) for h, c in zip(d["head_dim"], d["causal"], strict=True)]
     return d
 
 
 def panel_label(head_dim: int, causal: bool) -> str:
     return f"d={head_dim}, {'causal' if causal else 'non-causal'}"
-
-
-def ok_timed(d: pd.DataFrame) -> pd.DataFrame:
-    """Rows of a ``prepare``d frame that finished and were timed: the only ones with a valid time."""
-    return d[(d["status"] == "ok") & d["timed"]]
 
 
 MAX_LISTED = 8  # failed points named one by one in a figure's note; the rest are counted
@@ -151,7 +140,7 @@ def ablation_bars(
     implementation of ``order`` present, one panel per (dtype, head dim, mask, N), each bar labelled with its
     change against ``full`` at the same point (column ``change_pct``; ``full_tflops``)."""
     d = prepare(df, experiment)
-    ok = ok_timed(d).dropna(subset=["tflops"])
+    ok = finished(d).dropna(subset=["tflops"])
     keys = ["dtype", "head_dim", "causal", "seqlen_q", "batch", "heads"]
     ref = ok[ok["impl"] == full][keys + ["tflops"]].rename(columns={"tflops": "full_tflops"})
     ok = ok.merge(ref, on=keys, how="inner")

@@ -19,29 +19,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from analysis.core.plotting import as_bool, floor_at_zero, gpu_label, log2_x, save, theme
-
-NUMERIC = [
-    "m",
-    "n",
-    "k",
-    "group_size",
-    "experts",
-    "top_k",
-    "tokens",
-    "ms_median",
-    "ms_p20",
-    "ms_p80",
-    "host_ms",
-    "tflops",
-    "model_bytes",
-    "gbps",
-    "peak_mem_mib",
-    "max_abs_err",
-    "rel_err",
-    "quant_err",
-]
-
+from analysis.core.plotting import floor_at_zero, gpu_label, log2_x, save, theme
+from analysis.core.tables import finished
 
 # One colour per implementation of the table; a family's lines take a run of them (``line_styles``).
 PALETTE = sns.color_palette("colorblind", 13)
@@ -68,15 +47,11 @@ EAGER_GAP = 0.2  # draw the eager-cost line where it differs from the GPU-time o
 
 
 def prepare(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
-    """Ok, timed rows of one experiment (w4a16, moe) with numbers normalised; refuses a table that mixes GPUs."""
+    """Ok, timed rows of one experiment (w4a16, moe) with their eager cost; refuses a table that mixes GPUs."""
     gpus = df["gpu"].dropna().unique()
     if len(gpus) > 1:
         raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
-    d = df[df["experiment"] == experiment].copy()
-    for c in NUMERIC:
-        d[c] = pd.to_numeric(d[c], errors="coerce")
-    d["timed"] = as_bool(d["timed"])
-    d = d[(d["status"] == "ok") & d["timed"]].copy()
+    d = finished(df, experiment=experiment).copy()
     # what an eager call costs: the larger of GPU time and host time (NaN where host_ms was not measured)
     d["eager_ms"] = np.fmax(d["ms_median"], d["host_ms"]).where(d["host_ms"].notna())
     return d
@@ -152,7 +127,7 @@ def line_panels(
             if mark is not None:
                 mark(ax, s)
             floor_at_zero(ax)
-            log2_x(ax, [v for v in s[x] if v == v])
+            log2_x(ax, s[x].dropna())
             ax.set_title(name, fontsize=9)
             ax.set_xlabel(labels[0])
             ax.set_ylabel(labels[1])

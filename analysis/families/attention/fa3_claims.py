@@ -6,7 +6,8 @@ instruction issue are the compiled family's (``analysis.families.compiled.claims
 from __future__ import annotations
 
 from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
-from analysis.audit.verdicts import dense_peak, judge_range, on_each_gpu, span
+from analysis.audit.verdicts import dense_peak, judge_range, on_each_gpu
+from analysis.core.summaries import span
 from analysis.families._shared.fa3_ablation import ABLATED
 
 ATTENTION = "attention"  # the table these claims read

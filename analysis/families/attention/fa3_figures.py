@@ -12,12 +12,12 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.core.plotting import DTYPE_ORDER, line_style, log2_x, require, theme
+from analysis.core.tables import finished
 from analysis.families._shared.attention_plots import (
     ID,
     ablation_bars,
     failed,
     missing_note,
-    ok_timed,
     prepare,
     save_with_note,
     tidy,
@@ -43,11 +43,11 @@ def fa3_ladder(df: pd.DataFrame, out_png) -> pd.DataFrame:
     head dim where FA-3 was measured most (128 in the default grid)."""
     d = prepare(df, "fa2-setting")
     d = d[(d["mode"] == "fwd") & d["impl"].isin(GENERATIONS + REFERENCES)]
-    ours3 = ok_timed(d[d["impl"] == FA3])
+    ours3 = finished(d[d["impl"] == FA3])
     require(ours3, "no ok timed forward rows of ours-fa3 in experiment 'fa2-setting'")
     head_dim = int(ours3["head_dim"].value_counts().idxmax())
     d = d[d["head_dim"] == head_dim]
-    ok = ok_timed(d).dropna(subset=["tflops"])
+    ok = finished(d).dropna(subset=["tflops"])
     panels = ok[["dtype", "causal"]].drop_duplicates()
     rank = {t: i for i, t in enumerate(DTYPE_ORDER)}
     panels = panels.assign(o=panels["dtype"].map(rank)).sort_values(["o", "causal"])

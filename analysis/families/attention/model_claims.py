@@ -742,7 +742,7 @@ def causal_skip_50(claim, ctx):
         rows = ctx.table(ATTENTION).ok(gpu, impl="ours-fa2", experiment="fa2-setting", mode="fwd")
         n = rows["seqlen_q"].max() if not rows.empty else None
         pair = rows[rows["seqlen_q"] == n]
-        full, causal = pair[pair["causal"].astype(str) == "False"], pair[pair["causal"].astype(str) == "True"]
+        full, causal = pair[~pair["causal"]], pair[pair["causal"]]
         merged = full.merge(causal, on=["dtype", "head_dim"], suffixes=("_f", "_c"))
         if merged.empty:
             raise Untestable("no causal and non-causal rows at the same shape")

@@ -9,7 +9,8 @@ import pandas as pd
 import seaborn as sns
 
 from analysis.core.plotting import DTYPE_ORDER, FACET_ASPECT, FACET_HEIGHT, hide_empty_facets, save
-from analysis.families._shared.attention_plots import ok_timed, prepare
+from analysis.core.tables import finished
+from analysis.families._shared.attention_plots import prepare
 
 BASELINE = "naive"
 
@@ -64,7 +65,7 @@ def fa2_forward(df: pd.DataFrame) -> pd.DataFrame:
 def fa2_mode(df: pd.DataFrame, mode: str) -> pd.DataFrame:
     """Finished, timed rows of one mode of the ``fa2-setting`` experiment, ``prepare``d."""
     d = prepare(df, "fa2-setting")
-    return ok_timed(d[d["mode"] == mode])
+    return finished(d[d["mode"] == mode])
 
 
 MODE_TEXT = {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward + backward"}

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
-from analysis.audit.verdicts import side_by_side, span, within
+from analysis.audit.verdicts import side_by_side, within
+from analysis.core.summaries import span
 from analysis.families._shared.operator_claims import OPS, measured_ops
 from analysis.families.w4a16.tables import with_copy_gbps
 
