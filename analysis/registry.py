@@ -2,8 +2,10 @@
 name on the two lines below (its folder under ``analysis/families/`` holds everything else).
 
 From the families it derives what the rest of the pipeline asks for: the result tables (``tables``: composed
-from the columns of the families that share each one), every claim evaluator (``evaluators``), claim document and
-claim (``claims``), and which family an experiment belongs to.
+from the columns of the families that share each one), every claim evaluator (``evaluators``: the families'
+and, beside them, the audit's own for the articles' GPU arithmetic, ``analysis.audit.arithmetic``), claim
+document and claim (``claims``), and which family an experiment belongs to. Only the names below are
+families: what they share lives in ``analysis/families/_shared``, which is none of them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from analysis.audit import arithmetic
 from analysis.audit.claims import Claims, load_claims
 from analysis.core.family import Family
 from analysis.core.tables import Table, compose
@@ -54,12 +57,14 @@ def of_experiment(experiment: str) -> Family:
 
 
 def evaluators() -> dict:
-    """Every family's claim evaluators, by name (a name defined twice is an error)."""
-    out: dict = {}
+    """Every claim evaluator, by name: the GPU arithmetic's (``analysis.audit.arithmetic``), then each
+    family's (a name defined twice is an error)."""
+    out: dict = dict(arithmetic.EVALUATORS)
     for f in FAMILIES.values():
         for name, fn in f.evaluators().items():
             if name in out:
-                raise ValueError(f"evaluator {name!r} is defined by two families")
+                where = "the GPU arithmetic" if name in arithmetic.EVALUATORS else "two families"
+                raise ValueError(f"evaluator {name!r} is defined by {where}")
             out[name] = fn
     return out
 

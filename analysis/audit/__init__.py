@@ -1,6 +1,8 @@
 """The claims audit engine: the claims (``claims``), what they are judged from (``context``), verdicts and the
 helpers that judge (``verdicts``), borderline bands (``band``) and the audit itself (``engine``). The
-evaluators live with their families (``analysis/families/<family>/claims.py``)."""
+evaluators live with their families (``analysis/families/<family>/claims.py``), except those of the articles'
+GPU arithmetic (``arithmetic``), which are about no family; the registry collects both
+(``analysis.registry.evaluators``)."""
 
 from analysis.audit.claims import PART_SEP, REGISTRY, Claim, Claims, Quote, load_claims, part_id
 from analysis.audit.context import ANALYTIC, Context, Results

@@ -1,8 +1,9 @@
 """What the evaluators judge from: every result table of the report, per GPU type, and the file each came from.
 
 ``Context.table(name)`` is one table's ``Results`` (``{}`` frames where no GPU has it): ``frames[gpu]`` the
-rows, ``paths[gpu]`` the file (for the evidence), ``ok(gpu, ...)`` the timed rows that finished, filtered by
-column values, ``rows(gpu, ...)`` every row so filtered. A GPU-independent table (compiled kernels) is keyed
+rows (typed by the table's reader: ``causal`` a bool, shapes integers), ``paths[gpu]`` the file (for the
+evidence), ``ok(gpu, ...)`` the timed rows that finished, filtered by column values (``tables.finished``),
+``rows(gpu, ...)`` every row so filtered. A GPU-independent table (compiled kernels) is keyed
 by ``ANALYTIC`` ("-"), as its verdicts are.
 """
 
@@ -12,21 +13,9 @@ import dataclasses
 
 import pandas as pd
 
+from analysis.core.tables import finished, matching
+
 ANALYTIC = "-"  # the gpu column of verdicts (and the key of tables) that do not depend on a GPU
-
-
-def finished(df: pd.DataFrame, where: dict) -> pd.DataFrame:
-    """Timed rows of ``df`` that finished, filtered by column values (lists mean "any of"; ``causal`` is
-    compared as text, since a CSV round trip may give bools or strings)."""
-    mask = (df["status"] == "ok") & (df["timed"].astype(str) == "True")
-    for col, val in where.items():
-        if isinstance(val, (list, tuple, set)):
-            mask &= df[col].isin(list(val))
-        elif col == "causal":
-            mask &= df[col].astype(str) == str(bool(val))
-        else:
-            mask &= df[col] == val
-    return df[mask]
 
 
 @dataclasses.dataclass
@@ -37,16 +26,13 @@ class Results:
     paths: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def ok(self, gpu: str, **where) -> pd.DataFrame:
-        """Timed rows that finished, filtered by column values (lists mean "any of")."""
-        return finished(self.frames[gpu], where)
+        """Timed rows that finished, filtered by column values (lists mean "any of"; ``tables.finished``)."""
+        return finished(self.frames[gpu], **where)
 
     def rows(self, gpu: str, **where) -> pd.DataFrame:
-        """Every row, filtered by column values."""
+        """Every row, filtered by column values (``tables.matching``)."""
         df = self.frames[gpu]
-        mask = pd.Series(True, index=df.index)
-        for col, val in where.items():
-            mask &= df[col].astype(str) == str(val) if col == "causal" else df[col] == val
-        return df[mask]
+        return df[matching(df, where)]
 
     @property
     def timed(self) -> bool:

@@ -1,12 +1,12 @@
-"""The claims audit: every claim gets a verdict with its evidence, judged by its family's evaluator.
+"""The claims audit: every claim gets a verdict with its evidence, judged by its evaluator.
 
-An evaluator (a function of a family's ``claims.py``, named by the claim) recomputes the claim from the
-analytic models (``analysis.core.models``), the GPU specification table (``analysis.core.gpus``) or the
-pipeline's measured tables (``analysis.audit.context``), and returns one ``Verdict`` per GPU it could judge
-(analytic claims: one, with ``gpu = "-"``). Nothing observed is ever typed in: every observed number is
-computed from a model or read from a result file named in the verdict's ``evidence``. ``audit`` judges every
-claim, and each measured verdict again across the band of its timings (``analysis.audit.band``: borderline
-verdicts); ``summary`` counts them.
+An evaluator (a function of a family's ``claims.py``, or of ``analysis.audit.arithmetic`` for the articles' GPU
+datasheet arithmetic; named by the claim) recomputes the claim from the analytic models
+(``analysis.core.models``), the GPU specification table (``analysis.core.gpus``) or the pipeline's measured
+tables (``analysis.audit.context``), and returns one ``Verdict`` per GPU it could judge (analytic claims: one,
+with ``gpu = "-"``). Nothing observed is ever typed in: every observed number is computed from a model or read
+from a result file named in the verdict's ``evidence``. ``audit`` judges every claim, and each measured verdict
+again across the band of its timings (``analysis.audit.band``: borderline verdicts); ``summary`` counts them.
 
 To wire a new experiment's claims: write an evaluator in the family's ``claims.py`` (``@EVALUATORS("name")``)
 that reads the family's table from the context, and set ``evaluator: name`` in the claim (replacing
@@ -122,9 +122,5 @@ def summary(verdicts: pd.DataFrame) -> dict[str, int]:
     them are borderline (their verdict changes inside the p20–p80 band of the timings they use)."""
     counts = verdicts["verdict"].value_counts()
     out = {v: int(counts.get(v, 0)) for v in VERDICTS}
-    out["borderline"] = int(_as_bool(verdicts["borderline"]).sum()) if "borderline" in verdicts else 0
+    out["borderline"] = int(verdicts["borderline"].sum()) if "borderline" in verdicts else 0
     return out
-
-
-def _as_bool(col: pd.Series) -> pd.Series:
-    return col.astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))

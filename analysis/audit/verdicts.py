@@ -8,7 +8,8 @@ or it needs hardware or software we do not have). An evaluator that cannot judge
 A claim about an A100 or H100 that the GPU at hand cannot check directly is evaluated in its
 hardware-independent form (a fraction of that GPU's own peak, a ratio between implementations measured side
 by side, ``peak``) and the note says so. ``measured`` and ``per_gpu`` run a per-GPU evaluation over a
-table's GPUs; ``side_by_side`` puts two implementations' rows side by side; ``span`` writes a range.
+table's GPUs; ``side_by_side`` puts two implementations' rows side by side (a range is written with
+``analysis.core.summaries.span``).
 """
 
 from __future__ import annotations
@@ -129,12 +130,6 @@ def side_by_side(
     left = rows[rows["impl"] == a][cols]
     right = rows[rows["impl"] == b][cols]
     return left.merge(right, on=keys, suffixes=("_a", "_b"))
-
-
-def span(values, fmt: str = ".1f", unit: str = "×") -> str:
-    values = [v for v in values if v == v]
-    lo, hi = min(values), max(values)
-    return f"{lo:{fmt}}{unit}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}{unit}"
 
 
 class Evaluators(dict):

@@ -29,7 +29,9 @@ same parts in every family, each a module of its own or, in a small family, a na
 A small family may keep its three YAML documents in one ``family.yaml`` instead, under the keys ``columns``,
 ``config`` and ``claims`` (``YAML_PARTS``).
 
-Modules other than ``plan.py`` are imported only when used, so planning the workflow never imports torch.
+Modules other than ``plan.py`` are imported only when used, so planning the workflow never imports torch. A
+family's modules import no other family's: what several families use lives below them all, in
+``analysis/families/_shared/`` (a package, not a family: the registry never lists it).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Method, per benchmark point:
 5. Telemetry: while the point is timed, a thread samples NVML every 10 ms (SM and memory clock,
    temperature, power), so that a throttled measurement can be recognised in the tables.
 
-What is timed is a callable the experiment builds (``analysis.families.attention.measure``): the forward call;
+What is timed is a callable the experiment builds (``analysis.families._shared.attention_measure``): the forward call;
 for the backward alone, ``torch.autograd.grad`` on a forward graph built beforehand; or both. Steps 2-5
 apply to it unchanged, and the gradients are gated against float64 like the output.
 

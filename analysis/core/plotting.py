@@ -59,7 +59,6 @@ MARKERS = {
 # Implementations outside PALETTE (added later) get these, in alphabetical order of their names.
 _SPARE_COLOURS = ["#17becf", "#bcbd22", "#e377c2", "#ff7f0e", "#393b79", "#637939"]
 DTYPE_ORDER = ["float16", "bfloat16", "float32", "float64"]
-_TRUE = {"true", "1", "1.0", "yes"}
 DPI = 110
 FACET_HEIGHT = 2.8
 FACET_ASPECT = 1.2
@@ -79,11 +78,6 @@ def measured_at_all(df: pd.DataFrame, section: str | None) -> bool:
     if not section or "experiment" not in df:
         return True
     return bool(tables.section_mask(df, section).any())
-
-
-def as_bool(s: pd.Series) -> pd.Series:
-    # A CSV round trip may hand back real bools or the strings "True"/"False".
-    return s.map(lambda v: str(v).strip().lower() in _TRUE).astype(bool)
 
 
 def note(fig, text: str) -> None:

@@ -23,8 +23,8 @@ GIT_SHA_ENV = "KERNELS_AUDIT_GIT_SHA"  # set where the checkout has no .git (e.g
 CPU_SLUG = "cpu"
 
 # what a result row depends on: a difference here between two commits can change a measurement (the kernels,
-# the harness and the models it uses, the families' measuring code, the benchmark script); folders or
-# '/'-separated patterns, of Python files
+# the harness and the models it uses, the families' measuring code and the measuring code they share, the
+# benchmark script); folders or '/'-separated patterns, of Python files
 MEASURED_CODE = [
     "kernels",
     "analysis/core/harness.py",
@@ -36,6 +36,8 @@ MEASURED_CODE = [
     "analysis/families/*/varlen.py",
     "analysis/families/*/rows.py",
     "analysis/families/*/target.py",
+    "analysis/families/_shared/attention_measure.py",
+    "analysis/families/_shared/operator_rows.py",
     "workflow/scripts/benchmark.py",
     # where the same code lived before the families had folders (rows of older commits)
     "analysis/experiments",

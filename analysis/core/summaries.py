@@ -1,5 +1,5 @@
 """The lines of a GPU's measured summary (``reports/reference/<gpu>/summary.md``, the README's table): what a
-family's ``summary.py`` returns, and the words they share.
+family's ``summary.py`` returns, and the words they share (``span``, a range, is the verdicts' too).
 
 A ``Line`` says what was measured, the value computed from the shipped tables (ranges as ``lo–hi``), the target
 it is held against where there is one, and whether it is met (``yes``, ``no``, ``partly``: at some points).
@@ -29,28 +29,14 @@ def met(flags: Iterable[bool]) -> str:
     return "yes" if all(flags) else "no" if not any(flags) else "partly"
 
 
-def span(values, fmt: str = ".2f", unit: str = "×") -> str:
-    """``lo–hi<unit>`` of the finite values (one value when they round alike; "—" when there are none)."""
-    values = [float(v) for v in values if v == v]
+def span(values, fmt: str = ".2f", unit: str = "×", empty: str = "—") -> str:
+    """``lo–hi<unit>`` of the values that are numbers (one value when they round alike; ``empty`` when there
+    are none): the one way a range is written, in the summaries and in the verdicts."""
+    values = [float(v) for v in values if not pd.isna(v)]
     if not values:
-        return "—"
+        return empty
     lo, hi = min(values), max(values)
     return f"{lo:{fmt}}{unit}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}{unit}"
-
-
-def ok_timed(df: pd.DataFrame | None, **where) -> pd.DataFrame:
-    """Timed rows that finished, filtered by column values (lists mean "any of"); empty without a table."""
-    if df is None:
-        return pd.DataFrame()
-    mask = (df["status"] == "ok") & (df["timed"].astype(str) == "True")
-    for col, val in where.items():
-        if isinstance(val, (list, tuple)):
-            mask &= df[col].isin(val)
-        elif isinstance(val, bool):  # a CSV round trip may give bools or strings
-            mask &= df[col].astype(str) == str(val)
-        else:
-            mask &= df[col] == val
-    return df[mask]
 
 
 def kilo(n: float) -> str:

@@ -17,7 +17,9 @@ Columns a family lists as ``optional`` were added after tables had been shipped;
 loads and gets them as NaN (or the family's ``defaults``). Any other missing column is an error. Every file
 read is validated first (``analysis.core.validate``: columns, types, the status vocabulary, value ranges and
 row rules), so a truncated, corrupted or inconsistent table fails the step that reads it, with the file,
-line and column named.
+line and column named; then the table is typed once, from the same column definitions (``validate.typed``:
+``causal`` and ``timed`` are bools, shapes nullable integers, metrics floats), so no reader coerces a column
+again. ``finished`` is the one filter for the rows that finished and were timed.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ class Table:
         return write_frame(self.frame(rows), path)
 
     def read_rows(self, paths: Iterable[str | Path]) -> pd.DataFrame:
-        """Concatenate CSVs of this table (one per job) into one frame, each file validated first."""
-        return read_tables(paths, list(self.columns), self.optional, self.defaults, self.name, self.schema)
+        """Concatenate CSVs of this table (one per job) into one frame, each file validated first, its columns
+        typed once (``read_tables``)."""
+        return read_tables(paths, list(self.columns), self.schema, self.optional, self.defaults, self.name)
 
 
 def merge_orders(lists: Sequence[Sequence[str]]) -> list[str]:
@@ -138,25 +141,45 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
 
 
 def read_tables(
-    paths, columns: list[str], optional=(), defaults=None, what: str = "result", schema: dict | str | None = None
+    paths, columns: list[str], schema: dict | str, optional=(), defaults=None, what: str = "result"
 ) -> pd.DataFrame:
     """Concatenate CSVs (one per job) into one table with exactly ``columns``, each validated against
-    ``schema`` (a dict, or a file of ``workflow/schemas``; ``analysis.core.validate``) first. A file without
-    some of the ``optional`` columns (written before they existed) gets them as ``defaults`` or NaN, each
-    file on its own; any other missing column is an error."""
+    ``schema`` (a dict, or a file of ``workflow/schemas``; ``analysis.core.validate``) first, then typed once by
+    it (``validate.typed``). A file without some of the ``optional`` columns (written before they existed) gets
+    them as ``defaults`` or empty, each file on its own; any other missing column is an error."""
+    if isinstance(schema, str):
+        schema = validate.load_schema(schema)
     defaults = defaults or {}
-    if schema is not None:
-        frames = [validate.read_csv(p, schema) for p in paths]
-    else:
-        frames = [pd.read_csv(p, keep_default_na=True) for p in paths]
-    if not frames:
-        return pd.DataFrame(columns=columns)
-    frames = [f.assign(**{c: defaults.get(c, float("nan")) for c in optional if c not in f.columns}) for f in frames]
-    df = pd.concat(frames, ignore_index=True)
+    frames = [validate.read_text(p, schema) for p in paths]
+    frames = [f.assign(**{c: _text(defaults.get(c)) for c in optional if c not in f.columns}) for f in frames]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns, dtype=str)
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{what} files lack columns {missing}")
-    return df[columns]
+    return validate.typed(df[columns], schema)
+
+
+def _text(value) -> str:
+    """A default as the text of a cell ("" for none)."""
+    return "" if value is None or value != value else str(value)
+
+
+def finished(df: pd.DataFrame | None, **where) -> pd.DataFrame:
+    """The rows of a (typed) result table that finished (``status`` ok) and were timed, filtered by column
+    values (a list, tuple or set means any of them); an empty frame without a table."""
+    if df is None:
+        return pd.DataFrame()
+    return df[matching(df, where) & (df["status"] == "ok") & df["timed"]]
+
+
+def matching(df: pd.DataFrame, where: dict) -> pd.Series:
+    """Where the rows of ``df`` have the column values of ``where`` (a list, tuple or set means any of them;
+    an empty cell matches nothing)."""
+    mask = pd.Series(True, index=df.index)
+    for col, val in where.items():
+        hit = df[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else df[col] == val
+        mask &= hit.fillna(False).astype(bool)
+    return mask
 
 
 def load_provenance(path: str | Path) -> dict:
@@ -166,7 +189,7 @@ def load_provenance(path: str | Path) -> dict:
 
 def section_mask(df: pd.DataFrame, section: str) -> pd.Series:
     """Rows of ``df`` that belong to ``section``: an experiment, or a family (quant, moe, ...)."""
-    hit = df["experiment"].astype(str) == section
+    hit = df["experiment"] == section
     if "family" in df:
-        hit |= df["family"].astype(str) == section
+        hit |= df["family"] == section
     return hit

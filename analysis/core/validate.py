@@ -16,8 +16,11 @@ per column); what is checked, per file:
   timed ``ok`` row has a median time; p20 ≤ median ≤ p80; a row that did not finish says why; an
   untestable verdict says why, and a verdict is borderline exactly when its band has several verdicts.
 
-``read_csv`` returns the table pandas reads from the validated text, so the readers' frames are what they
-were before validation existed. ``read_json`` checks a JSON file's keys and their types.
+``read_csv`` returns the validated table with every column typed once, from its property (``typed``):
+booleans as bool (pandas' nullable boolean where the column may be empty), integers as nullable integers
+(``Int64``), numbers as float, strings as str (an empty cell NaN, or "" with ``keep_default_na=False``), so
+that no reader compares a value as text or coerces it again. ``read_json`` checks a JSON file's keys and
+their types.
 """
 
 from __future__ import annotations
@@ -232,14 +235,61 @@ def validate_csv(path: str | Path, schema: dict, text: str | None = None) -> lis
     return header
 
 
-def read_csv(path: str | Path, schema: dict | str, keep_default_na: bool = True) -> pd.DataFrame:
-    """The table in ``path`` after ``validate_csv``, as pandas reads it (empty cells NaN, or with
-    ``keep_default_na=False`` empty strings)."""
+def read_text(path: str | Path, schema: dict | str) -> pd.DataFrame:
+    """The table in ``path`` after ``validate_csv``, every cell as its text ("" when empty); ``typed`` types it."""
     if isinstance(schema, str):
         schema = load_schema(schema)
     text = decode(path)
     validate_csv(path, schema, text)
-    return pd.read_csv(io.StringIO(text), keep_default_na=keep_default_na)
+    return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+
+
+def read_csv(path: str | Path, schema: dict | str, keep_default_na: bool = True) -> pd.DataFrame:
+    """The table in ``path`` after ``validate_csv``, its columns typed by ``schema`` (``typed``: an empty string
+    cell NaN, or with ``keep_default_na=False`` "")."""
+    if isinstance(schema, str):
+        schema = load_schema(schema)
+    return typed(read_text(path, schema), schema, keep_default_na)
+
+
+def kind(prop: dict) -> str:
+    """What a column holds by its property: ``boolean``, ``integer``, ``number`` or ``string``."""
+    types = _types(prop) - {"null"}
+    if types == {"boolean"}:
+        return "boolean"
+    if types == {"integer"}:
+        return "integer"
+    if types and types <= {"integer", "number"}:
+        return "number"
+    return "string"
+
+
+_BOOLEANS = {"True": True, "true": True, "False": False, "false": False}
+
+
+def typed_column(text: pd.Series, prop: dict, keep_default_na: bool = True) -> pd.Series:
+    """A column of cell texts (``read_text``; NaN or "" where empty) in the type of its property ``prop``."""
+    empty = text.isna() | (text.astype(str) == "")
+    nullable = "null" in _types(prop) or bool(empty.any())
+    what = kind(prop)
+    if what == "boolean":
+        values = text.where(~empty).map(_BOOLEANS)
+        return values.astype("boolean") if nullable else values.astype(bool)
+    if what in ("integer", "number"):
+        values = pd.to_numeric(text.where(~empty), errors="raise").astype("float64")
+        return values.astype("Int64") if what == "integer" else values
+    out = text.where(~empty, float("nan") if keep_default_na else "")
+    return out.astype(object)
+
+
+def typed(df: pd.DataFrame, schema: dict, keep_default_na: bool = True) -> pd.DataFrame:
+    """``df`` (cell texts) with each column of ``schema`` in its type (``typed_column``); others as they are."""
+    props = schema["properties"]
+    return pd.DataFrame(
+        {c: typed_column(df[c], props[c], keep_default_na) if c in props else df[c] for c in df.columns},
+        index=df.index,
+        columns=df.columns,
+    )
 
 
 def read_json(path: str | Path, required: dict[str, type | tuple[type, ...]] | None = None, kind: type = dict):

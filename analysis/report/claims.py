@@ -39,7 +39,7 @@ def thumbnail(png: str | Path, width: int = THUMB_WIDTH) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _row(r: dict, claim: Claim, figure_gpus: set[str]) -> dict:
+def _row(r: dict, claim: Claim, figure_gpus: set[str], borderline: bool) -> dict:
     link = f"#fig-{r['gpu']}-{r['figure']}" if r.get("figure") and r["gpu"] in figure_gpus else ""
     evidence = "" if r["evidence"] == NO_EXPERIMENT else r["evidence"]
     observed = r["observed"] or ("no experiment measures it" if r["evidence"] == NO_EXPERIMENT else "—")
@@ -66,7 +66,7 @@ def _row(r: dict, claim: Claim, figure_gpus: set[str]) -> dict:
         "figure": r.get("figure", ""),
         "link": link,
         "band": r.get("band", ""),
-        "is_borderline": str(r.get("borderline", "")).strip().lower() in ("true", "1"),
+        "is_borderline": borderline,
     }
 
 
@@ -76,11 +76,12 @@ def claim_rows(verdicts: pd.DataFrame, claims: Claims, figure_gpus: set[str]) ->
     order = {t: i for i, t in enumerate(claims.topics)}
     by_id = claims.by_id()
     rows = []
+    typed = verdicts.to_dict("records")  # the verdict table as read: borderline is a bool
     for i, r in enumerate(verdicts.fillna("").astype(str).to_dict("records")):
         claim = by_id.get(r["claim_id"])
         if claim is None:
             raise ValueError(f"verdict row {i}: claim {r['claim_id']!r} is not in the registry")
-        rows.append((order[claim.topic], i, _row(r, claim, figure_gpus)))
+        rows.append((order[claim.topic], i, _row(r, claim, figure_gpus, bool(typed[i].get("borderline", False)))))
     return [row for *_, row in sorted(rows, key=lambda t: t[:2])]
 
 

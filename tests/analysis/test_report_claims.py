@@ -65,7 +65,7 @@ def test_an_undeclared_topic_is_named(tmp_path, registry_data):
 
 def _verdicts(rows: list[dict]) -> pd.DataFrame:
     base = {c: "" for c in audit.COLUMNS}
-    return pd.DataFrame([{**base, "kind": "measured", "tolerance": "t", "borderline": "False", **r} for r in rows])
+    return pd.DataFrame([{**base, "kind": "measured", "tolerance": "t", "borderline": False, **r} for r in rows])
 
 
 def test_rows_come_in_topic_order_and_unknown_claims_are_refused():

@@ -179,3 +179,20 @@ def test_small_valid_registry_loads(tmp_path):
 def test_malformed_registry_is_rejected(tmp_path, entries, match):
     with pytest.raises(ValueError, match=match):
         load_claims(registry.evaluators(), path=_write_registry(tmp_path, entries))
+
+
+def test_the_gpu_arithmetic_is_judged_by_the_audit_and_no_family(claims, monkeypatch):
+    """The articles' datasheet arithmetic (A100 bandwidth and knee, H100 peak, fp16 over fp32, N² growth) has
+    its evaluators in ``analysis.audit.arithmetic``; the registry collects them beside the families', and a
+    family that defined one of those names again would be refused."""
+    from analysis.audit import arithmetic
+
+    names = {"a100_bw", "a100_knee", "h100_peak", "incident_16x", "fp32_16x"}
+    assert names <= set(arithmetic.EVALUATORS)
+    assert all(registry.evaluators()[n] is arithmetic.EVALUATORS[n] for n in arithmetic.EVALUATORS)
+    assert not any(names & set(f.evaluators()) for f in registry.FAMILIES.values())
+    assert {c.evaluator for c in claims.values()} >= names
+    attention = registry.family("attention")
+    monkeypatch.setattr(type(attention), "evaluators", lambda self: {"a100_bw": None} if self is attention else {})
+    with pytest.raises(ValueError, match="'a100_bw' is defined by the GPU arithmetic"):
+        registry.evaluators()

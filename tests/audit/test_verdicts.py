@@ -131,3 +131,14 @@ def test_untestable_verdict_must_say_why():
         verdicts.Verdict("untestable", "", "", "somewhere")
     with pytest.raises(ValueError):
         verdicts.Verdict("maybe", "x", "y", "somewhere")
+
+
+def test_one_span_writes_every_range():
+    """The summaries' and the verdicts' ranges are one function: the format and unit the caller passes, NaN
+    and NA left out, one value when both ends round alike, and what to write when nothing is left."""
+    from analysis.core.summaries import span
+
+    assert span([1.04, 2.5, float("nan")]) == "1.04–2.50×"
+    assert span([1.04, 2.5], ".1f") == "1.0–2.5×"
+    assert span(pd.Series([3.01, 2.99, None], dtype="Float64"), ".0f", "%") == "3%"
+    assert span([]) == "—" and span([float("nan")], ".1f", empty="none") == "none"

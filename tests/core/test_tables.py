@@ -227,3 +227,56 @@ def test_the_tables_of_families_that_share_one_merge_their_columns():
         *registry.family("attention").experiments,
         *registry.family("fp8").experiments,
     }
+
+
+def test_read_rows_types_every_column_once_from_its_definition(tmp_path):
+    """Booleans as bool, integers as nullable integers (empty: NA), numbers as float, strings as str (empty:
+    NaN); an optional column an older file lacks gets its default in the column's type."""
+    path = tmp_path / "shard.csv"
+    ATTENTION.write_rows([_row(), _row(impl="ours-varlen", experiment="varlen", tokens=3000, causal=False)], path)
+    back = ATTENTION.read_rows([path])
+    assert back["causal"].dtype == bool and back["causal"].tolist() == [True, False]
+    assert back["timed"].dtype == bool
+    assert str(back["seqlen_q"].dtype) == "Int64" and str(back["tokens"].dtype) == "Int64"
+    assert back["tokens"].isna().tolist() == [True, False] and back.loc[1, "tokens"] == 3000
+    assert back["ms_median"].dtype == "float64" and back["pad_waste"].dtype == "float64"
+    assert back.loc[0, "kernel_config"] == "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"
+    assert all(isinstance(v, str) for v in back["gpu"]) and math.isnan(back.loc[0, "message"])
+    old = tmp_path / "old.csv"
+    ATTENTION.frame([_row()]).drop(columns=["inputs", "tokens"]).to_csv(old, index=False)
+    back = ATTENTION.read_rows([old, path])
+    assert back["inputs"].tolist() == ["normal", "normal", "normal"]  # the family's default
+    assert str(back["tokens"].dtype) == "Int64" and back["tokens"].isna().tolist() == [True, True, False]
+
+
+def test_read_rows_types_a_nullable_boolean_and_digits_that_are_text(tmp_path):
+    traffic = registry.table("traffic")
+    row = dict.fromkeys(traffic.columns, "")
+    row.update(experiment="traffic-scaling", impl="naive", kernel="123", kernel_index=0, kernel_role="qk")
+    row.update(dtype="float16", batch=1, heads=2, seqlen=64, head_dim=16, causal=False, status="ok", message="")
+    path = tmp_path / "traffic.csv"
+    traffic.write_rows([row, {**row, "l2_resident": True}], path)
+    back = traffic.read_rows([path])
+    assert str(back["l2_resident"].dtype) == "boolean"
+    assert back["l2_resident"].isna().tolist() == [True, False] and back.loc[1, "l2_resident"]
+    assert back["kernel"].tolist() == ["123", "123"]  # a string column, though its text is digits
+    assert str(back["block_m"].dtype) == "Int64" and back["block_m"].isna().all()
+
+
+def test_finished_keeps_the_timed_ok_rows_that_match():
+    df = ATTENTION.frame(
+        [
+            _row(),
+            _row(impl="naive"),
+            _row(status="oom", message="out of memory"),
+            _row(timed=False),
+            _row(causal=False),
+            _row(experiment="varlen", impl="ours-varlen", tokens=30),
+        ]
+    )
+    df = df.astype({"tokens": "Int64"})
+    assert tables.finished(df).index.tolist() == [0, 1, 4, 5]
+    assert tables.finished(df, causal=True, impl="ours-fa2").index.tolist() == [0]
+    assert tables.finished(df, impl=["naive", "ours-varlen"]).index.tolist() == [1, 5]
+    assert tables.finished(df, tokens=30).index.tolist() == [5]  # an empty cell matches nothing
+    assert tables.finished(None).empty

@@ -186,6 +186,7 @@ def test_verdicts_are_validated(tmp_path):
     path = _verdicts(tmp_path)
     good = validate.read_csv(path, "verdicts.schema.yaml", keep_default_na=False)
     assert list(good.columns) == audit.COLUMNS and good["borderline"].dtype == bool
+    assert good.loc[2, "band"] == "" and good.loc[2, "figure"] == ""  # empty strings stay strings
     df = pd.read_csv(path, keep_default_na=False)
     df.loc[0, "verdict"] = "mostly"
     assert df.loc[2, "claim_id"] == "std-flops" and df.loc[2, "band"] == ""

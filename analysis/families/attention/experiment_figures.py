@@ -17,12 +17,11 @@ import seaborn as sns
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from analysis.core.plotting import DTYPE_ORDER, OURS, colour, fmt_n, impl_order, line_style, log2_x, require, theme
-from analysis.families.attention.plots import (
-    BASELINE,
+from analysis.core.tables import finished
+from analysis.families._shared.attention_plots import (
     ID,
     failed,
     missing_note,
-    ok_timed,
     pair,
     prepare,
     save_with_note,
@@ -30,6 +29,7 @@ from analysis.families.attention.plots import (
     title,
     with_failed,
 )
+from analysis.families.attention.plots import BASELINE
 
 FA1 = "ours-fa1"
 
@@ -44,7 +44,7 @@ def fa1_figure3(df: pd.DataFrame, out_png) -> pd.DataFrame:
     such N.
     """
     d = prepare(df, "fa1-setting")
-    ok = ok_timed(d)
+    ok = finished(d)
     pairs = pair(ok, _FA1_KEYS, BASELINE).merge(
         ok[ok["impl"] == BASELINE][_FA1_KEYS + ["peak_mem_mib"]].rename(columns={"peak_mem_mib": "peak_ref"}),
         on=_FA1_KEYS,
@@ -119,7 +119,7 @@ def gain_surface(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """
     d = prepare(df, "gain-surface")
     keys = ["dtype", "causal", "batch", "heads", "head_dim", "seqlen_q", "seqlen_k", "mode"]
-    pairs = pair(ok_timed(d), keys, BASELINE)
+    pairs = pair(finished(d), keys, BASELINE)
     pairs = pairs[pairs["impl"] == OURS].assign(speedup=lambda x: x["ms_median_ref"] / x["ms_median"])
     require(pairs, "no ok timed rows of 'gain-surface' with ours and naive at the same point")
     bad = failed(d)
@@ -192,7 +192,7 @@ def block_sweep(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """
     d = prepare(df, "block-sweep")
     d["config"] = d["kernel_config"].fillna("").map(_config_label)
-    ok = ok_timed(d).dropna(subset=["ms_median"])
+    ok = finished(d).dropna(subset=["ms_median"])
     require(ok, "no ok timed rows of 'block-sweep'")
     panels = d[["head_dim", "seqlen_q"]].drop_duplicates().sort_values(["head_dim", "seqlen_q"])
     configs = sorted(set(d["config"]), key=_config_key)
@@ -251,7 +251,7 @@ def rescale_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """
     d = prepare(df, "rescale-ablation")
     keys = ["dtype", "head_dim", "causal", "batch", "heads", "seqlen_q", "seqlen_k", "mode"]
-    pairs = pair(ok_timed(d), keys, OURS)
+    pairs = pair(finished(d), keys, OURS)
     pairs = pairs[pairs["impl"] == "ours-fa2-eager"].assign(ratio=lambda x: x["ms_median"] / x["ms_median_ref"])
     require(pairs, "no ok timed rows of 'rescale-ablation' with both the lazy and the eager kernel")
     panels = pairs[["head_dim", "causal", "panel"]].drop_duplicates().sort_values(["head_dim", "causal"])
@@ -293,9 +293,7 @@ def decode_latency(df: pd.DataFrame, out_png) -> pd.DataFrame:
     (K/V heads, query length).
     """
     d = prepare(df, "decode")
-    for c in ("model_bytes", "gbps"):
-        d[c] = pd.to_numeric(d[c], errors="coerce")
-    ok = ok_timed(d).dropna(subset=["ms_median"])
+    ok = finished(d).dropna(subset=["ms_median"])
     require(ok, "no ok timed rows of 'decode'")
     settings = (
         ok[["heads_kv", "seqlen_q"]].drop_duplicates().sort_values(["heads_kv", "seqlen_q"], ascending=[False, True])
@@ -345,9 +343,7 @@ def varlen_padding(df: pd.DataFrame, out_png) -> pd.DataFrame:
     its time; the panel title gives the share of the padded batch's FLOPs spent on padding (``pad_waste``).
     """
     d = prepare(df, "varlen")
-    for c in ("pad_waste", "tokens"):
-        d[c] = pd.to_numeric(d[c], errors="coerce")
-    ok = ok_timed(d).dropna(subset=["tflops"])
+    ok = finished(d).dropna(subset=["tflops"])
     require(ok, "no ok timed rows of 'varlen'")
     panels = d[["causal", "mode"]].drop_duplicates().sort_values(["causal", "mode"])
     order = impl_order(d["impl"].unique())

@@ -31,9 +31,10 @@ from analysis.core.plotting import (
     save,
     theme,
 )
+from analysis.core.tables import finished
+from analysis.families._shared.attention_plots import ID, missing_note, prepare, tidy, title
 from analysis.families.attention.plots import (
     BASELINE,
-    ID,
     MATCH,
     MODE_TEXT,
     fa2_forward,
@@ -41,11 +42,6 @@ from analysis.families.attention.plots import (
     facet_grid,
     facets,
     finish,
-    missing_note,
-    ok_timed,
-    prepare,
-    tidy,
-    title,
 )
 
 
@@ -198,7 +194,7 @@ def attention_memory_fwd_bwd(df: pd.DataFrame, out_png) -> pd.DataFrame:
 def _memory(df: pd.DataFrame, out_png, mode: str) -> pd.DataFrame:
     d = prepare(df, "memory")
     d = d[d["mode"] == mode]
-    ok = ok_timed(d).dropna(subset=["peak_mem_mib"])
+    ok = finished(d).dropna(subset=["peak_mem_mib"])
     ok = ok[ok["peak_mem_mib"] > 0]  # zero cannot sit on a log axis
     require(ok, f"no ok timed {mode} rows with a peak memory for experiment 'memory'")
     others = d[~d["status"].isin(["ok", "oom"])]
@@ -280,7 +276,7 @@ def gpu_comparison(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """
     from analysis.core import gpus as specs
 
-    d = ok_timed(prepare(df, "fa2-setting", several_gpus=True))
+    d = finished(prepare(df, "fa2-setting", several_gpus=True))
     d = d[d["mode"] == "fwd"].dropna(subset=["tflops"])
     require(d, "no ok timed forward rows for experiment 'fa2-setting'")
     largest = d.groupby(["gpu", "dtype", "head_dim", "causal"])["seqlen_q"].transform("max")

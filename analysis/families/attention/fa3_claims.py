@@ -6,7 +6,9 @@ instruction issue are the compiled family's (``analysis.families.compiled.claims
 from __future__ import annotations
 
 from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
-from analysis.audit.verdicts import dense_peak, judge_range, on_each_gpu, span
+from analysis.audit.verdicts import dense_peak, judge_range, on_each_gpu
+from analysis.core.summaries import span
+from analysis.families._shared.fa3_ablation import ABLATED
 
 ATTENTION = "attention"  # the table these claims read
 EVALUATORS = Evaluators()
@@ -56,14 +58,6 @@ def fa3_util(claim, ctx):
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "forward rows")
-
-
-ABLATED = {
-    "ours-fa3-no-warp-specialize": "warp specialisation",
-    "ours-fa3-no-pingpong": "ping-pong",
-    "ours-fa3-no-overlap": "intra-warpgroup overlap",
-    "ours-fa3-no-tma": "TMA",
-}
 
 
 @EVALUATORS("fa3_techniques")

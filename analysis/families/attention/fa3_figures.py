@@ -9,35 +9,25 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 from matplotlib.lines import Line2D
 
-from analysis.core.plotting import DTYPE_ORDER, fmt_n, line_style, log2_x, require, theme
-from analysis.families.attention.plots import (
+from analysis.core.plotting import DTYPE_ORDER, line_style, log2_x, require, theme
+from analysis.core.tables import finished
+from analysis.families._shared.attention_plots import (
     ID,
+    ablation_bars,
     failed,
     missing_note,
-    ok_timed,
     prepare,
     save_with_note,
     tidy,
     title,
     with_failed,
 )
+from analysis.families._shared.fa3_ablation import ABLATION_LABELS, ABLATION_ORDER, FA3
 
 GENERATIONS = ["ours-fa1", "ours-fa2", "ours-fa3"]  # our kernels, oldest first
 REFERENCES = ["sdpa-flash", "sdpa-cudnn"]  # PyTorch's FA-2 backend and cuDNN's Hopper kernel, for scale
-FA3 = "ours-fa3"
-ABLATION_ORDER = [FA3, "ours-fa3-no-pingpong", "ours-fa3-no-overlap", "ours-fa3-no-tma", "ours-fa3-no-warp-specialize"]
-ABLATION_LABELS = {
-    FA3: "FA-3 (all on)",
-    "ours-fa3-no-pingpong": "no ping-pong",
-    "ours-fa3-no-overlap": "no softmax/GEMM overlap",
-    "ours-fa3-no-tma": "no TMA (cp.async)",
-    "ours-fa3-no-warp-specialize": "no warp specialisation",
-    "ours-fa2": "our FA-2 (Triton)",
-    "sdpa-cudnn": "SDPA cuDNN",
-}
 
 
 def _ladder_style(impl: str, order: list[str]) -> dict:
@@ -53,11 +43,11 @@ def fa3_ladder(df: pd.DataFrame, out_png) -> pd.DataFrame:
     head dim where FA-3 was measured most (128 in the default grid)."""
     d = prepare(df, "fa2-setting")
     d = d[(d["mode"] == "fwd") & d["impl"].isin(GENERATIONS + REFERENCES)]
-    ours3 = ok_timed(d[d["impl"] == FA3])
+    ours3 = finished(d[d["impl"] == FA3])
     require(ours3, "no ok timed forward rows of ours-fa3 in experiment 'fa2-setting'")
     head_dim = int(ours3["head_dim"].value_counts().idxmax())
     d = d[d["head_dim"] == head_dim]
-    ok = ok_timed(d).dropna(subset=["tflops"])
+    ok = finished(d).dropna(subset=["tflops"])
     panels = ok[["dtype", "causal"]].drop_duplicates()
     rank = {t: i for i, t in enumerate(DTYPE_ORDER)}
     panels = panels.assign(o=panels["dtype"].map(rank)).sort_values(["o", "causal"])
@@ -100,58 +90,3 @@ def fa3_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
         "FlashAttention-3 ablation: each technique off in turn",
     )
     return table.rename(columns={"full_tflops": "fa3_tflops"})
-
-
-def ablation_bars(
-    df: pd.DataFrame, out_png, experiment: str, full: str, order: list[str], labels: dict[str, str], heading: str
-) -> pd.DataFrame:
-    """An ablation's bars (the rows of ``experiment``): forward TFLOP/s of ``full`` and of every other
-    implementation of ``order`` present, one panel per (dtype, head dim, mask, N), each bar labelled with its
-    change against ``full`` at the same point (column ``change_pct``; ``full_tflops``)."""
-    d = prepare(df, experiment)
-    ok = ok_timed(d).dropna(subset=["tflops"])
-    keys = ["dtype", "head_dim", "causal", "seqlen_q", "batch", "heads"]
-    ref = ok[ok["impl"] == full][keys + ["tflops"]].rename(columns={"tflops": "full_tflops"})
-    ok = ok.merge(ref, on=keys, how="inner")
-    require(ok, f"no ok timed rows of {experiment!r} with {full}")
-    ok = ok.assign(change_pct=100 * (ok["tflops"] / ok["full_tflops"] - 1))
-    order = [i for i in order if i in set(ok["impl"])]
-    panels = ok[keys[:4]].drop_duplicates().sort_values(["head_dim", "causal", "seqlen_q"])
-    palette = dict(zip(order, sns.color_palette("colorblind", len(order)), strict=True))
-    with theme():
-        width = max(3.6, 0.55 * len(order) + 1.2)  # per panel: room for every bar's label
-        fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.9), squeeze=False, sharey=True)
-        for ax, p in zip(axes[0], panels.itertuples(index=False), strict=True):
-            sub = ok[
-                (ok["dtype"] == p.dtype)
-                & (ok["head_dim"] == p.head_dim)
-                & (ok["causal"] == p.causal)
-                & (ok["seqlen_q"] == p.seqlen_q)
-            ].set_index("impl")
-            present = [i for i in order if i in sub.index]
-            ax.bar(range(len(present)), sub.loc[present, "tflops"], color=[palette[i] for i in present])
-            for x, impl in enumerate(present):
-                change = sub.loc[impl, "change_pct"]
-                text = f"{sub.loc[impl, 'tflops']:.0f}" + ("" if impl == full else f"\n{change:+.0f}%")
-                ax.annotate(
-                    text,
-                    (x, sub.loc[impl, "tflops"]),
-                    textcoords="offset points",
-                    xytext=(0, 2),
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                )
-            ax.set_xticks(range(len(present)))
-            ax.set_xticklabels([labels.get(i, i) for i in present], rotation=40, ha="right", fontsize=7.5)
-            ax.set_title(
-                f"{p.dtype}, d={p.head_dim}, {'causal' if p.causal else 'non-causal'}, N={fmt_n(p.seqlen_q)}",
-                fontsize=9,
-            )
-            ax.margins(y=0.18)
-        axes[0, 0].set_ylabel("forward TFLOP/s")
-        fig.suptitle(title(d, heading), fontweight="bold")
-        fig.tight_layout()
-        save_with_note(fig, out_png, missing_note(failed(d)))
-    cols = ID + ["ms_median", "ms_p20", "ms_p80", "tflops", "full_tflops", "change_pct", "kernel_config"]
-    return tidy(with_failed(ok, failed(d), cols), extra_sort=["status"])

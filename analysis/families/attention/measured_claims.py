@@ -14,9 +14,9 @@ from analysis.audit.verdicts import (
     loglog_slope,
     on_each_gpu,
     side_by_side,
-    span,
     three_digits,
 )
+from analysis.core.summaries import span
 from analysis.families.attention.model_claims import fraction_of_peak
 
 ATTENTION = "attention"  # the table these claims read
@@ -183,7 +183,7 @@ def fa1_speed_mem(claim, ctx):
         v_speed, v_mem = judge_range(s, lo, hi), judge_range(m, mlo, mhi)
         fa2 = side_by_side(rows, keys, "naive", "ours-fa2")
         fa2 = fa2[fa2["seqlen_q"] >= long["seqlen_q"].min()]
-        fa2_text = f"; our FA-2: {span(fa2['ms_median_a'] / fa2['ms_median_b'])}" if not fa2.empty else ""
+        fa2_text = f"; our FA-2: {span(fa2['ms_median_a'] / fa2['ms_median_b'], '.1f')}" if not fa2.empty else ""
         at = speed[speed["seqlen_q"] == claim.conditions["N"]]
         at_text = (
             f"; at N={claim.conditions['N']}: {float(at['ms_median_a'].iloc[0] / at['ms_median_b'].iloc[0]):.1f}×"
@@ -192,7 +192,7 @@ def fa1_speed_mem(claim, ctx):
         )
         return Verdict(
             combine([v_speed, v_mem]),
-            f"speed-up {span(s)}; memory saving {span(m)}",
+            f"speed-up {span(s, '.1f')}; memory saving {span(m, '.1f')}",
             f"FA-1 paper Figure 3 setting (B=8, H=12, d=64, {mode}), our Algorithm-1 port vs three-step PyTorch "
             f"at N = {int(long['seqlen_q'].min())}…{int(long['seqlen_q'].max())}{at_text}{fa2_text}. Memory saving = "
             "naive's extra peak memory / ours (inputs excluded). The claim is about an A100: this is the same ratio "
@@ -201,8 +201,8 @@ def fa1_speed_mem(claim, ctx):
             gpu=gpu,
             unit="×",
             parts={
-                "speed": (s, f"{span(s)} at N ≥ {int(long['seqlen_q'].min())}{at_text}"),
-                "memory": (m, f"{span(m)} less extra peak memory"),
+                "speed": (s, f"{span(s, '.1f')} at N ≥ {int(long['seqlen_q'].min())}{at_text}"),
+                "memory": (m, f"{span(m, '.1f')} less extra peak memory"),
             },
         )
 
@@ -270,9 +270,9 @@ def bwd_faster(claim, ctx):
         vs_flash = flash["ms_median_a"] / flash["ms_median_b"]
         return Verdict(
             judge_range(speed, lo, hi),
-            f"{span(speed)} over naive ({len(speed)} points)",
+            f"{span(speed, '.1f')} over naive ({len(speed)} points)",
             f"our FA-2 backward (P recomputed from the logsumexp) vs autograd through baddbmm+softmax+bmm (P "
-            f"stored), FA-2 setting, every dtype/d/mask; at N ≥ 4096: {span(big) if len(big) else 'none'}"
+            f"stored), FA-2 setting, every dtype/d/mask; at N ≥ 4096: {span(big, '.1f') if len(big) else 'none'}"
             + (f"; vs SDPA flash backward: {span(vs_flash, '.2f')}" if len(vs_flash) else ""),
             f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, mode={mode}, impl=naive,ours-fa2",
             gpu=gpu,
@@ -340,10 +340,10 @@ def fa2_vs_fa1(claim, ctx):
             raise Untestable("our FA-1 and FA-2 finished at no common point")
         ratio = pair["ms_median_a"] / pair["ms_median_b"]
         median = float(ratio.median())
-        by_mode = "; ".join(f"{m}: {span(ratio[pair['mode'] == m])}" for m in sorted(pair["mode"].unique()))
+        by_mode = "; ".join(f"{m}: {span(ratio[pair['mode'] == m], '.1f')}" for m in sorted(pair["mode"].unique()))
         return Verdict(
             judge_approx(median, claim),
-            f"median {median:.1f}× ({span(ratio)})",
+            f"median {median:.1f}× ({span(ratio, '.1f')})",
             f"our FA-2 vs our FA-1 (Algorithm 1 as published) on the same GPU, {len(pair)} points ({by_mode}); "
             "both are Triton kernels, so the ratio isolates the algorithm (loop order, lazy rescaling, "
             "parallelism over query blocks), not CUDA engineering",
@@ -398,7 +398,7 @@ def flashdecoding(claim, ctx):
         bw = (ours / copy).dropna()
         extra = []
         if not unsplit.empty:
-            extra.append(f"vs our unsplit kernel {span(unsplit['ms_median_a'] / unsplit['ms_median_b'])}")
+            extra.append(f"vs our unsplit kernel {span(unsplit['ms_median_a'] / unsplit['ms_median_b'], '.1f')}")
         if len(bw):
             extra.append(f"{100 * bw.min():.0f}–{100 * bw.max():.0f}% of the measured copy bandwidth")
         flash = side_by_side(rows, keys, "sdpa-flash", "ours-decode")
@@ -406,7 +406,7 @@ def flashdecoding(claim, ctx):
             extra.append(f"vs SDPA flash {span(flash['ms_median_a'] / flash['ms_median_b'], '.2f')}")
         return Verdict(
             judge_range(speed, lo, hi),
-            f"{span(speed)} over plain FA-2" + (f"; {span(long)} at K/V ≥ 32K" if len(long) else ""),
+            f"{span(speed, '.1f')} over plain FA-2" + (f"; {span(long, '.1f')} at K/V ≥ 32K" if len(long) else ""),
             f"query length {nq}, K/V lengths {int(vs_fa2['seqlen_k'].min())}…{int(vs_fa2['seqlen_k'].max())}, "
             f"{len(vs_fa2)} points; the split-KV gain grows with K/V length as plain FA-2 runs one program per "
             f"(batch, head); " + "; ".join(extra),
@@ -453,7 +453,7 @@ def varlen_waste(claim, ctx):
 def block_64(claim, ctx):
     def one(gpu):
         rows = ctx.table(ATTENTION).ok(gpu, experiment="block-sweep")
-        rows = rows[rows["kernel_config"].astype(str) != ""]
+        rows = rows[rows["kernel_config"].fillna("") != ""]
         if rows.empty:
             raise Untestable("no finished block-sweep rows")
         out = []

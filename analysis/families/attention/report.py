@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.plotting import DTYPE_ORDER, OURS, PALETTE
+from analysis.families._shared import attention_report
 from analysis.families.attention.plots import MODE_TEXT, fa2_mode
 
 REFERENCE = "sdpa-flash"
@@ -14,17 +15,8 @@ RATIO_COLUMN = f"{OURS} / {REFERENCE}"
 CUDNN_RATIO_COLUMN = f"{OURS} / sdpa-cudnn"
 
 
-def shape(row) -> str:
-    """``B=.. H=.. N=.. d=..`` (``Nq=.. Nk=..`` when they differ) and ``causal``, for the failure tables."""
-
-    def part(key):
-        v = pd.to_numeric(row.get(key), errors="coerce")
-        return "?" if pd.isna(v) else str(int(v))
-
-    nq, nk = part("seqlen_q"), part("seqlen_k")
-    n = f"N={nq}" if nq == nk else f"Nq={nq} Nk={nk}"
-    causal = str(row.get("causal")).strip().lower() in ("true", "1", "1.0")
-    return f"B={part('batch')} H={part('heads')} {n} d={part('head_dim')}" + (" causal" if causal else "")
+# a point's shape in words, for the failure and check tables (the attention table's, whichever family wrote it)
+shape = attention_report.shape
 
 
 def throughput_summary(df: pd.DataFrame, mode: str = "fwd") -> pd.DataFrame:

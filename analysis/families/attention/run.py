@@ -1,5 +1,6 @@
-"""The attention family's run: one shard in, its rows out (``analysis.families.attention.measure`` says how
-each experiment is measured; variable-length batches: ``analysis.families.attention.varlen``)."""
+"""The attention family's run: one shard in, its rows out (``analysis.families.attention.measure`` says what
+each experiment measures, ``analysis.families._shared.attention_measure`` how a point is measured;
+variable-length batches: ``analysis.families.attention.varlen``)."""
 
 from __future__ import annotations
 

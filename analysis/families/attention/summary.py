@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.core.summaries import Line, kilo, met, ok_timed, span
+from analysis.core.summaries import Line, kilo, met, span
+from analysis.core.tables import finished
 
 LONG = 4096  # "N ≥ 4096": where the targets are judged
 DECODE_LONG = 32768  # "K/V ≥ 32K"
@@ -23,7 +24,7 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
     df = tables.get("attention")
     out: list[Line] = []
     keys = ["dtype", "causal", "seqlen_q"]
-    fwd = ok_timed(df, experiment="fa2-setting", mode="fwd", head_dim=128)
+    fwd = finished(df, experiment="fa2-setting", mode="fwd", head_dim=128)
     fwd = fwd[fwd["seqlen_q"] >= LONG] if len(fwd) else fwd
     where = f"FA-2 setting, d = 128, N ≥ {LONG}, fp16 and bf16"
     if len(fwd):
@@ -37,11 +38,11 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
         r = _ratios(fwd, "ours-fa3", "sdpa-cudnn", keys)
         if len(r):
             out.append(Line(f"FA-3 forward vs SDPA cuDNN ({where})", span(r)))
-    bwd = ok_timed(df, experiment="fa2-setting", mode="bwd", head_dim=128)
+    bwd = finished(df, experiment="fa2-setting", mode="bwd", head_dim=128)
     bwd = bwd[bwd["seqlen_q"] >= LONG] if len(bwd) else bwd
     if len(bwd):
         for causal in (False, True):
-            r = _ratios(bwd[bwd["causal"].astype(str) == str(causal)], "ours-fa2", "sdpa-flash", keys)
+            r = _ratios(bwd[bwd["causal"] == causal], "ours-fa2", "sdpa-flash", keys)
             mask = "causal" if causal else "non-causal"
             out.append(
                 Line(f"FA-2 backward vs SDPA flash, {mask} (d = 128, N ≥ {LONG})", span(r), "≥ 1.2×", met(r >= 1.2))
@@ -49,7 +50,7 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
         r = _ratios(bwd, "ours-fa2", "sdpa-cudnn", keys)
         out.append(Line(f"FA-2 backward vs SDPA cuDNN (d = 128, N ≥ {LONG})", span(r), "≥ 1×", met(r >= 1.0)))
     out += _decode(df)
-    mem = ok_timed(df, experiment="memory", mode="fwd+bwd", seqlen_q=32768)
+    mem = finished(df, experiment="memory", mode="fwd+bwd", seqlen_q=32768)
     if len(mem):
         peak = mem.groupby("impl")["peak_mem_mib"].max()
         if "ours-fa2" in peak:
@@ -70,7 +71,7 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
 
 
 def _decode(df: pd.DataFrame | None) -> list[Line]:
-    dec = ok_timed(df, experiment="decode", heads_kv=16, seqlen_q=1)
+    dec = finished(df, experiment="decode", heads_kv=16, seqlen_q=1)
     if not len(dec):
         return []
     ms = dec.pivot_table(index="seqlen_k", columns="impl", values="ms_median")

@@ -22,7 +22,7 @@ Rows: ``batch`` = number of sequences, ``seqlen_q`` = ``seqlen_k`` = the longest
 Correctness: the output on sampled rows of every sequence (the first and last few, ``check_rows`` in
 all) against float64 attention of that sequence alone; in the gradient modes dq, dk, dv of the first
 sequence's first head against float64 autograd of that slice (the padded problem's slice for
-``ours-fa2-padded``), as in ``analysis.families.attention.measure``.
+``ours-fa2-padded``), as in ``analysis.families._shared.attention_measure``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from analysis.core import harness
 from analysis.core.flops import attention_flops, tflops
 from analysis.core.points import DTYPES, generator, randn, sample_rows, short
 from analysis.core.provenance import row_provenance
-from analysis.families.attention import measure as att
+from analysis.families._shared import attention_measure as att
 from analysis.families.attention.plan import Spec
 from kernels import tolerance
 from kernels.attention import reference
@@ -190,6 +190,7 @@ def run(spec: Spec, env: dict, device: str, log_line: Callable[[str], None]) -> 
         spec,
         row_provenance(env),
         True,
+        "attention",
         batch=len(lengths),
         heads=spec.heads,
         heads_kv=spec.heads,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.audit import ANALYTIC, Claim, Context, Evaluators, Untestable, Verdict
-from analysis.audit.verdicts import span
+from analysis.core.summaries import span
 
 COMPILED = "compiled"  # the table these claims read
 EVALUATORS = Evaluators()
@@ -125,7 +125,7 @@ def tma_issue_slots(claim: Claim, ctx: Context) -> list[Verdict]:
     return [
         Verdict(
             "holds" if min(ratios) > 1 else "fails",
-            f"{span(ratios)} more instructions per K/V tile with cp.async (d={d}: {cp_i:.0f} per warp, "
+            f"{span(ratios, '.1f')} more instructions per K/V tile with cp.async (d={d}: {cp_i:.0f} per warp, "
             f"{cp_loads:.0f} of them copies of 16 bytes per thread, against {tma_i:.0f} per warp with "
             f"{tma_loads:.0f} TMA copies issued by one thread)",
             "the producer's load loop of FA-3 with TMA and with per-thread copies (same tiles, same ring), "

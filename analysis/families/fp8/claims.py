@@ -8,8 +8,9 @@ import math
 import pandas as pd
 
 from analysis.audit import Context, Evaluators, Untestable, Verdict
-from analysis.audit.verdicts import dense_peak, judge_approx, on_each_gpu, side_by_side, span, within
+from analysis.audit.verdicts import dense_peak, judge_approx, on_each_gpu, side_by_side, within
 from analysis.core import gpus
+from analysis.core.summaries import span
 
 ATTENTION = "attention"  # the table these claims read (the FP8 rows are in the attention table)
 EVALUATORS = Evaluators()

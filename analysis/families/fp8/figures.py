@@ -1,7 +1,7 @@
 """Figures of FP8 attention: its speed against the 16-bit kernels and this run's GEMM ceilings, and its accuracy.
 
 Same contract as every figure (``analysis.core.plotting``), drawn from the FP8 rows of the attention table with
-the attention family's helpers (``analysis.families.attention.plots``).
+the attention table's helpers (``analysis.families._shared.attention_plots``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import seaborn as sns
 
 from analysis.core.family import Figure
 from analysis.core.plotting import DTYPE_ORDER, OURS, fmt_n, impl_order, line_style, log2_x, require, theme
-from analysis.families.attention.fa3_figures import ABLATION_LABELS, ABLATION_ORDER, ablation_bars
-from analysis.families.attention.plots import (
+from analysis.core.tables import finished
+from analysis.families._shared.attention_plots import (
     ID,
+    ablation_bars,
     failed,
     missing_note,
-    ok_timed,
     pair,
     prepare,
     save_with_note,
@@ -25,6 +25,7 @@ from analysis.families.attention.plots import (
     title,
     with_failed,
 )
+from analysis.families._shared.fa3_ablation import ABLATION_LABELS, ABLATION_ORDER
 
 CEILINGS = {"fp8-mm": "FP8 GEMM ceiling", "bf16-mm": "bf16 GEMM ceiling"}
 
@@ -35,7 +36,7 @@ def fp8_speed(df: pd.DataFrame, out_png) -> pd.DataFrame:
     panel per (head_dim, mask), with this run's FP8 and bf16 GEMM ceilings (median over the shard's
     points) as horizontal lines; the returned table adds each row's speed-up over ours-fa2."""
     d = prepare(df, "fp8-speed")
-    ok = ok_timed(d).dropna(subset=["tflops"])
+    ok = finished(d).dropna(subset=["tflops"])
     require(ok, "no ok timed rows of 'fp8-speed'")
     curves = ok[~ok["impl"].isin(list(CEILINGS))]
     ceil = ok[ok["impl"].isin(list(CEILINGS))]
@@ -101,9 +102,6 @@ def fp8_accuracy(df: pd.DataFrame, out_png) -> pd.DataFrame:
     distribution, bars per implementation and input dtype at the largest N, log scale; below, the share
     of P that e4m3 flushes to zero there, per FP8 variant (with and without P's scale)."""
     d = prepare(df, "fp8-accuracy")
-    d["inputs"] = d["inputs"].fillna("normal").astype(str)
-    for c in ("rms_err", "max_abs_err", "p_underflow", "p_mass_lost"):
-        d[c] = pd.to_numeric(d[c], errors="coerce")
     ok = d[d["status"] == "ok"].dropna(subset=["rms_err"])
     require(ok, "no ok rows of 'fp8-accuracy'")
     inputs = [i for i in ("normal", "outliers", "large", "small") if i in set(ok["inputs"])]

@@ -1,8 +1,9 @@
-"""The FP8 family's plan: its two experiments on the attention family's points, their shards, their cost.
+"""The FP8 family's plan: its experiments on the attention family's points, their shards, their cost.
 
 Torch-free, like every plan. FP8 attention (``kernels/attention/fp8.py``) is measured on the same [B, H, N, d]
-points as the attention family, so its spec is the attention ``Spec`` with this family's vocabulary
-(``Fp8Spec``) and its rows go to the attention table:
+points as the attention family, so its spec is the attention-like families' ``AttentionSpec``
+(``analysis.families._shared.attention_plan``) with this family's vocabulary (``Fp8Spec``) and its rows go to
+the attention table:
 
 - ``fp8-speed``: our FP8 forward against our bf16 FA-2 and SDPA on the same inputs, FA-2 setting shapes
   (batch × N = ``tokens``, heads = ``hidden`` / d), with this run's GEMM ceilings at every point; one shard
@@ -31,12 +32,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from analysis.families.attention import plan as attention
+from analysis.families._shared import attention_plan as shared
+from analysis.families._shared.fa3_ablation import FA3_ABLATIONS, FA3_IMPLS
 
 FP8_GRANULARITIES = ("none", "tensor", "head", "block")
 _FP8_BASE = tuple(f"ours-fp8-{g}{rot}" for g in FP8_GRANULARITIES for rot in ("", "-rot")) + ("ours-fp8-block-p1",)
 # the FA-3 kernel on e4m3 on FA-3's full schedule, then with one technique switched off (the bf16 ablation's)
-FP8_ABLATION_IMPLS = tuple(f"ours-fp8-block-{a}" for a in ("fa3", *attention.FA3_ABLATIONS))
+FP8_ABLATION_IMPLS = tuple(f"ours-fp8-block-{a}" for a in ("fa3", *FA3_ABLATIONS))
 FP8_IMPLS = (
     tuple(f"{base}{kernel}{e2e}" for base in _FP8_BASE for kernel in ("", "-triton") for e2e in ("", "-e2e"))
     + FP8_ABLATION_IMPLS
@@ -47,9 +49,9 @@ CEILING_IMPLS = ("fp8-mm", "bf16-mm")
 QUANTIZER_IMPLS = tuple(f"fp8-quantize-{g}" for g in FP8_GRANULARITIES if g != "none")
 COPY_IMPL = "copy-qkv"
 EXPERIMENT_IMPLS = {
-    "fp8-speed": FP8_IMPLS + ("ours-fa3",) + attention.DENSE_IMPLS + CEILING_IMPLS + QUANTIZER_IMPLS + (COPY_IMPL,),
-    "fp8-accuracy": FP8_IMPLS + attention.DENSE_IMPLS,
-    "fp8-ablation": ("ours-fp8-block",) + FP8_ABLATION_IMPLS + attention.FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
+    "fp8-speed": FP8_IMPLS + ("ours-fa3",) + shared.DENSE_IMPLS + CEILING_IMPLS + QUANTIZER_IMPLS + (COPY_IMPL,),
+    "fp8-accuracy": FP8_IMPLS + shared.DENSE_IMPLS,
+    "fp8-ablation": ("ours-fp8-block",) + FP8_ABLATION_IMPLS + FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
 }
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
 # The input distributions of fp8-accuracy: N(0,1); FlashAttention-3's outlier setting, N(0,1) plus N(0,100)
@@ -58,8 +60,8 @@ EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
 INPUTS = ("normal", "outliers", "large", "small")
 
 
-class Fp8Spec(attention.Spec):
-    """One shard of the FP8 experiments: the attention ``Spec`` with this family's vocabulary."""
+class Fp8Spec(shared.AttentionSpec):
+    """One shard of the FP8 experiments: an ``AttentionSpec`` with this family's vocabulary."""
 
     EXPERIMENT_IMPLS: ClassVar[dict[str, tuple[str, ...]]] = EXPERIMENT_IMPLS
     FORWARD_ONLY: ClassVar[tuple[str, ...]] = EXPERIMENTS
@@ -83,7 +85,7 @@ def shards(config: dict) -> dict[str, dict]:
             continue
         for d in timed["head_dims"]:
             for causal in timed["causal"]:
-                name = attention.shard_name(experiment, timed["dtype"], d, causal)
+                name = shared.shard_name(experiment, timed["dtype"], d, causal)
                 fields = dict(
                     experiment=experiment,
                     dtype=timed["dtype"],
@@ -97,12 +99,12 @@ def shards(config: dict) -> dict[str, dict]:
                     rep_ms=timed["rep_ms"],
                     check_rows=timed["check_rows"],
                 )
-                out[name] = attention.checked(f"fp8.{key}", name, fields, Fp8Spec)
+                out[name] = shared.checked(f"fp8.{key}", name, fields, Fp8Spec)
     acc = f8["accuracy"]
     if acc["enabled"]:  # nothing is timed: no warm-up, no repetitions
         for inputs in acc["inputs"]:
             for dtype in acc["dtypes"]:
-                name = attention.shard_name("fp8-accuracy", dtype, acc["head_dim"], acc["causal"], extra=f"_{inputs}")
+                name = shared.shard_name("fp8-accuracy", dtype, acc["head_dim"], acc["causal"], extra=f"_{inputs}")
                 fields = dict(
                     experiment="fp8-accuracy",
                     dtype=dtype,
@@ -117,23 +119,23 @@ def shards(config: dict) -> dict[str, dict]:
                     rep_ms=0,
                     check_rows=acc["check_rows"],
                 )
-                out[name] = attention.checked("fp8.accuracy", name, fields, Fp8Spec)
+                out[name] = shared.checked("fp8.accuracy", name, fields, Fp8Spec)
     return out
 
 
-# the attention family's cost model, with the nominal rate of our FP8 kernel
+# the attention-like families' cost model, with the nominal rate of our FP8 kernel
 NOMINAL_TFLOPS = {
-    **attention.NOMINAL_TFLOPS,
+    **shared.NOMINAL_TFLOPS,
     **{impl: 600 for impl in FP8_IMPLS},
     **{impl: 1e9 for impl in QUANTIZER_IMPLS + (COPY_IMPL,)},
 }  # (no FLOPs: memory-bound, µs)
-COMPILE_S = attention.COMPILE_S
+COMPILE_S = shared.COMPILE_S
 
 
 def estimate_seconds(fields: dict) -> float:
-    """Planned seconds of one shard on an H200 (an estimate: see ``analysis.families.attention.plan``)."""
-    return attention.seconds_of(spec(fields), NOMINAL_TFLOPS)
+    """Planned seconds of one shard on an H200 (an estimate: see ``analysis.families._shared.attention_plan``)."""
+    return shared.seconds_of(spec(fields), NOMINAL_TFLOPS)
 
 
 def compile_keys(fields: dict) -> set[tuple]:
-    return attention.keys_of(spec(fields), gluon_fp8=FP8_IMPLS)
+    return shared.keys_of(spec(fields), gluon_fp8=FP8_IMPLS)

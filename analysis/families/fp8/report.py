@@ -1,5 +1,6 @@
-"""What the report shows of the FP8 rows beside the figures: a point's shape, as the attention family's."""
+"""What the report shows of the FP8 rows beside the figures: a point's shape, as for every row of the attention
+table (``analysis.families._shared.attention_report``)."""
 
-from analysis.families.attention.report import shape
+from analysis.families._shared import attention_report
 
-__all__ = ["shape"]
+shape = attention_report.shape

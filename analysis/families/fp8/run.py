@@ -1,7 +1,8 @@
 """FP8 attention experiments: the speed of the FP8 kernel and what FP8 costs in accuracy.
 
-The FP8 family's two experiments (``analysis.families.fp8.plan``), on the attention family's points and with
-its measuring parts (``analysis.families.attention.measure``) for the 16-bit implementations:
+The FP8 family's experiments (``analysis.families.fp8.plan``), on the attention family's points and with the
+attention-like families' measuring parts (``analysis.families._shared.attention_measure``) for the 16-bit
+implementations:
 
 - ``fp8-speed``: forward TFLOP/s of our FP8 kernel (``ours-fp8-tensor``, ``ours-fp8-block``; inputs
   quantised before timing, as FlashAttention-3 reports its kernel) against our bf16 FA-2 and SDPA's
@@ -49,8 +50,8 @@ import torch
 from analysis.core import harness
 from analysis.core.flops import attention_flops, gemm_flops, tflops
 from analysis.core.points import DTYPES, generator, sample_rows, short
-from analysis.families.attention import measure as att
-from analysis.families.attention.plan import FA3_ABLATIONS
+from analysis.families._shared import attention_measure as att
+from analysis.families._shared.fa3_ablation import FA3_ABLATIONS
 from analysis.families.fp8.plan import COPY_IMPL, FP8_GRANULARITIES, Fp8Spec
 from kernels import tolerance
 from kernels.attention import reference

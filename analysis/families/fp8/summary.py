@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.core.summaries import Line, met, ok_timed, span
-from analysis.families.attention.fa3_claims import ABLATED
+from analysis.core.summaries import Line, met, span
+from analysis.core.tables import finished
+from analysis.families._shared.fa3_ablation import ABLATED
 
 LONG = 4096
 OUTLIER_N = 8192
@@ -21,11 +22,11 @@ QUANTIZER_FLOOR = 2.0
 def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
     df = tables.get("attention")
     out: list[Line] = []
-    speed = ok_timed(df, experiment="fp8-speed")
+    speed = finished(df, experiment="fp8-speed")
     if len(speed):
         long = speed[speed["seqlen_q"] >= LONG]
         tf = long.pivot_table(index=["causal", "seqlen_q", "head_dim"], columns="impl", values="tflops")
-        full = long[long["causal"].astype(str) == "False"]
+        full = long[~long["causal"]]
         for impl, what in (("ours-fp8-tensor", "per tensor"), ("ours-fp8-block", "per block")):
             if impl not in tf:
                 continue
@@ -55,7 +56,7 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
                     f"{span(fp8, '.0f', '')} TFLOP/s; {fp8.median() / bf16.median():.2f}×",
                 )
             )
-    abl = ok_timed(df, experiment="fp8-ablation")
+    abl = finished(df, experiment="fp8-ablation")
     if len(abl):
         out += _ablation(abl)
     acc = df[(df["experiment"] == "fp8-accuracy") & (df["status"] == "ok")] if df is not None else pd.DataFrame()
@@ -95,10 +96,10 @@ def _fa3_targets(speed: pd.DataFrame) -> list[Line]:
     """The FP8 FA-3 kernel (per block) against its targets: on quantised inputs, and end to end."""
     out: list[Line] = []
     tf = speed[speed["head_dim"] == 128].pivot_table(index=["causal", "seqlen_q"], columns="impl", values="tflops")
-    causal = tf.index.get_level_values("causal").astype(str)
+    causal = tf.index.get_level_values("causal")
     n = tf.index.get_level_values("seqlen_q")
     if {"ours-fp8-block", "ours-fa3"} <= set(tf.columns):
-        at = tf[(causal == "False") & (n >= KERNEL_N)][["ours-fp8-block", "ours-fa3"]].dropna()
+        at = tf[~causal & (n >= KERNEL_N)][["ours-fp8-block", "ours-fa3"]].dropna()
         rate, ratio = at["ours-fp8-block"], at["ours-fp8-block"] / at["ours-fa3"]
         if len(ratio):
             flags = (rate >= KERNEL_TFLOPS) & (ratio >= KERNEL_RATIO)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
-from analysis.audit.verdicts import side_by_side, span
+from analysis.audit.verdicts import side_by_side
+from analysis.core.summaries import span
+from analysis.families._shared.operator_claims import OPS, measured_ops
 from analysis.families.moe.tables import moe_stage_split
-from analysis.families.w4a16.claims import measured_ops
 
-OPS = "ops"  # the table these claims read
 EVALUATORS = Evaluators()
 
 
@@ -65,7 +65,7 @@ def moe_grouped(claim: Claim, ctx: Context) -> list[Verdict]:
             extra.append(f"{len(refused)} larger gather points not run: {counts}")
         return Verdict(
             verdict,
-            f"per-token gathering {span(speed)} slower than sorted dispatch + grouped GEMM",
+            f"per-token gathering {span(speed, '.1f')} slower than sorted dispatch + grouped GEMM",
             f"whole SwiGLU layer, {len(pair)} points; 'far slower' judged as ≥ {FAR:g}× at every point; "
             + "; ".join(extra),
             f"{ctx.table(OPS).paths[gpu]}: experiment=moe, op=moe-layer, impl=gather-moe,ours-moe,loop-moe",

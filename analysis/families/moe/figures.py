@@ -1,5 +1,5 @@
 """Figures of the MoE family (rows of ``ops.csv``), drawn with the operator table's helpers
-(``analysis.families.w4a16.plots``).
+(``analysis.families._shared.operator_plots``).
 
 - ``moe_time_split``: our MoE layer's time split into routing, dispatch, grouped GEMMs and combine (stacked
   bars per token count), one panel per (shape, routing); GPU time only;
@@ -15,10 +15,15 @@ import pandas as pd
 
 from analysis.core.family import Figure
 from analysis.core.plotting import NoDataError, theme
+from analysis.families._shared.operator_plots import finish, line_panels, line_styles, panel_grid, prepare, title
 from analysis.families.moe.plan import STAGES
 from analysis.families.moe.tables import moe_stage_split
-from analysis.families.w4a16.plots import GROUPED_ORDER, MOE_ORDER, finish, line_panels, panel_grid, prepare, title
 
+MOE_ORDER = ["ours-moe", "grouped-mm-moe", "loop-moe", "gather-moe", "dense-ffn"]
+GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
+# colours of the operator table's palette after W4A16's five: the whole layer's, then the grouped GEMM's
+MOE_STYLES = line_styles(MOE_ORDER, first=5)
+GROUPED_STYLES = line_styles(GROUPED_ORDER, first=10)
 STAGE_COLOURS = dict(zip(STAGES, ("#8c564b", "#1f77b4", "#d62728", "#2ca02c"), strict=True))
 
 
@@ -55,7 +60,7 @@ def moe_time_split(df: pd.DataFrame, out_png) -> pd.DataFrame:
 
 
 def _lines_vs_tokens(
-    d: pd.DataFrame, order: list[str], value: str, eager: str, ylabel: str, what: str, out_png
+    d: pd.DataFrame, styles: dict[str, dict], value: str, eager: str, ylabel: str, what: str, out_png
 ) -> pd.DataFrame:
     d = d.assign(panel=[_moe_panel(r) for r in d.to_dict("records")])
     d["eager_tflops"] = d["tflops"] * d["ms_median"] / d["eager_ms"]
@@ -64,7 +69,7 @@ def _lines_vs_tokens(
         d,
         "panel",
         panels,
-        order,
+        styles,
         "tokens",
         value,
         ("tokens", ylabel),
@@ -106,7 +111,7 @@ def moe_layer(df: pd.DataFrame, out_png) -> pd.DataFrame:
     if d.empty:
         raise NoDataError("no ok timed rows of the whole MoE layer")
     return _lines_vs_tokens(
-        d, MOE_ORDER, "ms_median", "eager_ms", "time per layer call (ms)", "MoE layer against its baselines", out_png
+        d, MOE_STYLES, "ms_median", "eager_ms", "time per layer call (ms)", "MoE layer against its baselines", out_png
     )
 
 
@@ -117,7 +122,7 @@ def moe_grouped_gemm(df: pd.DataFrame, out_png) -> pd.DataFrame:
     if d.empty:
         raise NoDataError("no ok timed grouped-GEMM rows")
     what = "grouped GEMM (gate projection)"
-    return _lines_vs_tokens(d, GROUPED_ORDER, "tflops", "eager_tflops", "TFLOP/s", what, out_png)
+    return _lines_vs_tokens(d, GROUPED_STYLES, "tflops", "eager_tflops", "TFLOP/s", what, out_png)
 
 
 # name -> figure (caption: captions/<name>.rst; section: the report section)

@@ -11,7 +11,7 @@ Implementations (``IMPLS``, with the op each measures): the whole layer (``moe-l
 ``torch._grouped_mm``), ``dense-ffn`` (a dense SwiGLU FFN of equal active FLOPs); the grouped GEMM alone
 (``grouped-gemm``): ``ours-grouped``, ``torch-grouped-mm``, ``loop-grouped``.
 
-``estimate_seconds`` is a planning aid like W4A16's (``analysis.families.w4a16.plan``), with a per-expert
+``estimate_seconds`` is a planning aid like W4A16's (``analysis.families.ops.plan``), with a per-expert
 host cost for the PyTorch loops.
 """
 
@@ -21,7 +21,7 @@ import dataclasses
 
 from analysis.core import models
 from analysis.core.flops import moe_ffn_flops
-from analysis.families.w4a16 import plan as w4a16
+from analysis.families._shared import operator_plan as ops
 
 EXPERIMENTS = ("moe",)
 # MoE layers: experts, top_k, hidden, expert FFN width.
@@ -115,7 +115,7 @@ def shards(config: dict) -> dict[str, dict]:
                     zipf_s=m["zipf_s"],
                     gather_chunk_gib=m["gather_chunk_gib"],
                     gather_max_gb=m["gather_max_gb"],
-                    **w4a16.timing(m),
+                    **ops.timing(m),
                 )
                 MoeSpec(**fields)  # a bad combination fails when the workflow is planned, not in a GPU job
                 out[name] = fields
@@ -140,22 +140,22 @@ def _point_s(s: MoeSpec, impl: str, t: int) -> float:
     timing = (s.warmup_ms + s.rep_ms) / 1e3
     if impl == "gather-moe":
         if _gathered(s, t) > s.gather_max_gb * 1e9:
-            return w4a16.POINT_S  # refused without running (an "unsupported" row)
-        call = _gathered(s, t) / w4a16.BANDWIDTH
+            return ops.POINT_S  # refused without running (an "unsupported" row)
+        call = _gathered(s, t) / ops.BANDWIDTH
     elif impl in ("loop-moe", "loop-grouped"):
-        call = w4a16.call_s(layer / (3 if impl == "loop-grouped" else 1), weights) + e * LOOP_S
+        call = ops.call_s(layer / (3 if impl == "loop-grouped" else 1), weights) + e * LOOP_S
     elif impl in ("ours-grouped", "torch-grouped-mm"):
-        call = w4a16.call_s(layer / 3, weights / 3)
+        call = ops.call_s(layer / 3, weights / 3)
     else:
-        call = w4a16.call_s(layer, weights)
+        call = ops.call_s(layer, weights)
     stages = len(STAGES) if impl == "ours-moe" else 0
-    return (1 + stages) * (w4a16.POINT_S + timing) + w4a16.CALLS * call * (2 if stages else 1)
+    return (1 + stages) * (ops.POINT_S + timing) + ops.CALLS * call * (2 if stages else 1)
 
 
 def estimate_seconds(fields: dict) -> float:
     """Planned seconds of one shard on an H200 (an estimate: see the module docstring)."""
     s = spec(fields)
-    return w4a16.SHARD_S + SHAPE_S + sum(_point_s(s, i, t) for t in s.tokens for i in s.impls)
+    return ops.SHARD_S + SHAPE_S + sum(_point_s(s, i, t) for t in s.tokens for i in s.impls)
 
 
 def compile_keys(fields: dict) -> set[tuple]:

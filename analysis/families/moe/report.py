@@ -7,6 +7,6 @@ import pandas as pd
 
 def shape(row) -> str:
     """``<layer> <tokens> tokens, <routing> routing, stage <stage>``, for the failure tables."""
-    v = pd.to_numeric(row.get("tokens"), errors="coerce")
+    v = row.get("tokens")
     tokens = "?" if pd.isna(v) else str(int(v))
     return f"{row.get('model')} {tokens} tokens, {row.get('routing')} routing, stage {row.get('stage')}"

@@ -47,9 +47,9 @@ import torch.nn.functional as F
 from analysis.core import harness, models, points
 from analysis.core.flops import gemm_flops, moe_ffn_flops
 from analysis.core.provenance import row_provenance
+from analysis.families._shared.operator_rows import failed_row, make_row
 from analysis.families.moe.plan import IMPLS as MOE_IMPLS
 from analysis.families.moe.plan import STAGES, MoeSpec
-from analysis.families.w4a16.rows import failed_row, make_row
 
 log = logging.getLogger(__name__)
 

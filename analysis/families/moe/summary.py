@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.core.summaries import Line, ok_timed
+from analysis.core.summaries import Line
+from analysis.core.tables import finished
 
 
 def _speedup(rows: pd.DataFrame, ours: str, other: str) -> pd.DataFrame:
@@ -17,8 +18,8 @@ def _speedup(rows: pd.DataFrame, ours: str, other: str) -> pd.DataFrame:
 
 def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
     ops = tables.get("ops")
-    gemm = ok_timed(ops, experiment="moe", op="grouped-gemm", routing="uniform")
-    layer = ok_timed(ops, experiment="moe", op="moe-layer", stage="total", routing="uniform")
+    gemm = finished(ops, experiment="moe", op="grouped-gemm", routing="uniform")
+    layer = finished(ops, experiment="moe", op="moe-layer", stage="total", routing="uniform")
     out: list[Line] = []
     if len(gemm):
         vs = _speedup(gemm, "ours-grouped", "torch-grouped-mm")

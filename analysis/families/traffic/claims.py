@@ -27,7 +27,7 @@ def traffic_points(results: Results, gpu: str, impl: str, head_dim: int) -> pd.D
     df = df[(df["experiment"] == "traffic-scaling") & (df["impl"] == impl) & (df["head_dim"] == head_dim)]
     keys = ["seqlen", "batch", "heads"]
     finished = df.groupby(keys)["status"].apply(lambda s: (s == "ok").all())
-    resident = df.groupby(keys)["l2_resident"].apply(lambda s: s.astype(str).str.lower().eq("true").any())
+    resident = df["l2_resident"].astype("boolean").fillna(False).astype(bool).groupby([df[k] for k in keys]).any()
     total = df.groupby(keys)[["dram_read_bytes", "dram_write_bytes"]].sum().sum(axis=1).rename("bytes")
     points = pd.concat([total, finished.rename("finished"), resident.rename("resident")], axis=1).reset_index()
     return points[points["finished"] & ~points["resident"]].sort_values("seqlen")

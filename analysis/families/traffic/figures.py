@@ -36,40 +36,21 @@ from analysis.families.traffic import plan as traffic
 matplotlib.use("Agg")
 
 GB = 1e9
-_TRUE = {"true", "1", "1.0", "yes"}
-_NUMERIC = [
-    "kernel_index",
-    "batch",
-    "heads",
-    "seqlen",
-    "head_dim",
-    "block_m",
-    "block_n",
-    "num_warps",
-    "num_stages",
-    "dram_read_bytes",
-    "dram_write_bytes",
-    "gpu_time_ns",
-    "model_bytes",
-    "model_bytes_nocache",
-    "model_kernel_bytes",
-    "l2_cache_bytes",
-]
 GROUPS = {"materialising": "standard attention", "tiled": "tiled kernels"}
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
-    """Traffic rows with numbers and bools normalised; refuses a table that mixes GPUs."""
+    """Traffic rows (as the table's reader typed them: ``l2_resident`` a nullable bool, empty where unknown);
+    refuses a table that mixes GPUs."""
     gpus = df["gpu"].dropna().unique()
     if len(gpus) > 1:
         raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
-    d = df.copy()
-    for c in _NUMERIC:
-        d[c] = pd.to_numeric(d[c], errors="coerce")
-    for c in ("causal", "l2_resident"):
-        # a CSV round trip hands back bools as strings, and an unknown l2_resident as NaN
-        d[c] = d[c].map(lambda v: None if pd.isna(v) else str(v).strip().lower() in _TRUE)
-    return d
+    return df.copy()
+
+
+def _resident(col: pd.Series) -> pd.Series:
+    """Where ``l2_resident`` is known to be true (unknown counts as not resident)."""
+    return col.astype("boolean").fillna(False).astype(bool)
 
 
 def point_totals(df: pd.DataFrame) -> pd.DataFrame:
@@ -109,7 +90,7 @@ def _elem(dtype: str) -> int:
 
 def _reference_lines(p: pd.DataFrame) -> pd.DataFrame:
     """The model curves at each point's shape (NaN for causal points: the models are for full attention)."""
-    full = ~p["causal"].astype(bool)
+    full = ~p["causal"]
 
     def each(f):
         shapes = zip(p["seqlen"], p["head_dim"], p["batch"], p["heads"], p["dtype"], strict=True)
@@ -236,7 +217,7 @@ def _draw_group(ax, sub: pd.DataFrame, group: str, order: list[str]) -> None:
         ax.plot(s["seqlen"], s["dram_bytes"] / GB, **{**style, "marker": None})
         # filled: a measurement the counters see whole; hollow: the N×N tensor fits in L2 (writes may hide).
         # Only standard attention writes an N×N tensor, so only its points can be hollow.
-        resident = s["l2_resident"].map(lambda v: v is True) & (group == "materialising")
+        resident = _resident(s["l2_resident"]) & (group == "materialising")
         ax.plot(
             s.loc[~resident, "seqlen"],
             s.loc[~resident, "dram_bytes"] / GB,
@@ -271,7 +252,7 @@ def _legend(p: pd.DataFrame, group: str, order: list[str]) -> list:
     if group == "materialising":
         handles.append(Line2D([], [], color="black", linestyle="--", label="model 8N²+8Nd (S, P written + read)"))
         handles.append(Line2D([], [], color="black", linestyle=":", label="article's 6N²+8Nd"))
-        if p["l2_resident"].map(lambda v: v is True).any():
+        if _resident(p["l2_resident"]).any():
             handles.append(
                 Line2D(
                     [],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from analysis.families.attention import plan as attention
+from analysis.families._shared.attention_plan import CALLABLE_IMPLS, DTYPE_NAMES
 
 DEFAULT_TIMEOUT_S = 900.0
 
@@ -82,10 +82,10 @@ class Spec:
     seed: int = 0
 
     def __post_init__(self):
-        unknown = set(self.impls) - set(attention.IMPLS)
+        unknown = set(self.impls) - set(CALLABLE_IMPLS)
         if unknown:
-            raise ValueError(f"unknown implementations {sorted(unknown)}; known: {attention.IMPLS}")
-        if self.dtype not in attention.DTYPE_NAMES or self.dtype not in ELEM_BYTES:
+            raise ValueError(f"unknown implementations {sorted(unknown)}; known: {CALLABLE_IMPLS}")
+        if self.dtype not in DTYPE_NAMES or self.dtype not in ELEM_BYTES:
             raise ValueError(f"unknown dtype {self.dtype!r}; known: {sorted(ELEM_BYTES)}")
         extra = set(self.block_sweep) - {"seqlen", "head_dims", "configs", "batch"}
         if extra:

@@ -59,7 +59,7 @@ def _implementation(point: dict) -> Callable:
 
         cfg = fa2.FA2Config.parse(point["config"])
         return lambda q, k, v: fa2.forward(q, k, v, causal=causal, config=cfg)[0]
-    from analysis.families.attention.measure import implementation
+    from analysis.families._shared.attention_measure import implementation
 
     fn = implementation(point["impl"])
     return lambda q, k, v: fn(q, k, v, causal)

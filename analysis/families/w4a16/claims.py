@@ -3,28 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
-from analysis.audit.verdicts import per_gpu, side_by_side, span, within
+from analysis.audit.verdicts import side_by_side, within
+from analysis.core.summaries import span
+from analysis.families._shared.operator_claims import OPS, measured_ops
 from analysis.families.w4a16.tables import with_copy_gbps
 
-OPS = "ops"  # the table these claims read
 EVALUATORS = Evaluators()
 
 
 SMALL_M = 16  # decoding row counts, where a layer is bound by reading its weights
-
-
-def measured_ops(ctx: Context, fn: Callable[[str], Verdict], needs: str) -> list[Verdict]:
-    """One verdict per GPU with an ops table; untestable (with the reason) when there is none."""
-    if not ctx.table(OPS).frames:
-        raise Untestable(
-            f"no W4A16/MoE results on any GPU ({needs}): the operator experiments run on a GPU node "
-            "(the w4a16 and moe families' benchmark jobs) or come with shipped reference results "
-            "(reports/reference/<gpu>/ops.csv)"
-        )
-    return per_gpu(ctx.table(OPS), fn)
 
 
 @EVALUATORS("w4_bandwidth")

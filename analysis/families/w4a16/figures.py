@@ -1,4 +1,5 @@
-"""Figures of the W4A16 family (rows of ``ops.csv``), drawn with the operator table's helpers (``plots``).
+"""Figures of the W4A16 family (rows of ``ops.csv``), drawn with the operator table's helpers
+(``analysis.families._shared.operator_plots``).
 
 - ``w4a16_speedup``: speed-up over bf16 ``F.linear`` (the line at 1) against M, one panel per layer shape:
   large at decode sizes, where the layer streams its weights, towards or below 1 where it is compute-bound;
@@ -15,8 +16,15 @@ import pandas as pd
 
 from analysis.core.family import Figure
 from analysis.core.plotting import NoDataError
-from analysis.families.w4a16.plots import QUANT_ORDER, line_panels, prepare, shape_label
+from analysis.families._shared.operator_plots import line_panels, line_styles, prepare
 from analysis.families.w4a16.tables import with_copy_gbps
+
+QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
+QUANT_STYLES = line_styles(QUANT_ORDER, first=0)  # the first colours of the operator table's palette
+
+
+def shape_label(r) -> str:
+    return f"{r['model']} ({int(r['k'])}→{int(r['n'])})"
 
 
 def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
@@ -40,7 +48,7 @@ def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
         d,
         "shape",
         shapes,
-        QUANT_ORDER,
+        QUANT_STYLES,
         "m",
         "speedup",
         ("M (rows of x)", "speed-up over F.linear"),
@@ -94,7 +102,7 @@ def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
         lines,
         "shape",
         shapes,
-        QUANT_ORDER,
+        QUANT_STYLES,
         "m",
         "gbps",
         ("M (rows of x)", "GB/s on the weight bytes"),

@@ -10,11 +10,11 @@ Implementations: ``ours-w4a16`` (int4 dequantised in registers), ``ours-w8a16`` 
 ``F.linear``: the unfused path), ``torch-int4pack`` (PyTorch's int4 kernel on the same codes), ``copy-weight``
 (a device copy of the packed int4 codes: the copy-bandwidth ceiling, once per shard).
 
-``estimate_seconds`` is a planning aid, not a measurement (the real cost is in each shard's log): a new
-process per shard, a fixed setup per shape and per point (inputs, quantisation, the float64 reference on
-sampled rows), the harness's warm-up and repetitions, and about ``CALLS`` untimed calls per point at nominal
-H200 rates (``BANDWIDTH`` bytes/s for memory-bound calls, ``TFLOPS`` for products; a call costs the larger of
-the two). ``COMPILE_S`` is Triton's first compile of each of our kernels' specialisations.
+``estimate_seconds`` is a planning aid, not a measurement (the real cost is in each shard's log), on the
+operator-like families' cost model (``analysis.families._shared.operator_plan``): a new process per shard, a
+fixed setup per shape (``SHAPE_S``) and per point, the harness's warm-up and repetitions, and the untimed
+calls of a point at nominal H200 rates. ``COMPILE_S`` is Triton's first compile of each of our kernels'
+specialisations.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import dataclasses
 
 from analysis.core import models
 from analysis.core.flops import gemm_flops
+from analysis.families._shared import operator_plan
 
 EXPERIMENTS = ("w4a16",)
 # Llama-3 linear layers, in_features → out_features (the weight is [out, in] = [n, k]).
@@ -80,11 +81,6 @@ def spec(fields: dict) -> W4A16Spec:
     return W4A16Spec(**fields)
 
 
-def timing(section: dict) -> dict:
-    """The harness's warm-up and repetitions and the gate's sampled rows, as a section of the config sets them."""
-    return dict(warmup_ms=section["warmup_ms"], rep_ms=section["rep_ms"], check_rows=section["check_rows"])
-
-
 def shards(config: dict) -> dict[str, dict]:
     """Shard name → ``W4A16Spec`` fields for every GPU job of the ``w4a16`` config section."""
     q = config["w4a16"]
@@ -103,7 +99,7 @@ def shards(config: dict) -> dict[str, dict]:
                     ms=list(q["ms"]),
                     impls=list(q["impls"]),
                     symmetric=bool(q["symmetric"]),
-                    **timing(q),
+                    **operator_plan.timing(q),
                 )
                 W4A16Spec(**fields)  # a bad combination fails when the workflow is planned, not in a GPU job
                 out[name] = fields
@@ -112,18 +108,8 @@ def shards(config: dict) -> dict[str, dict]:
 
 # --- cost estimate -----------------------------------------------------------------------------------
 
-SHARD_S = 4.5  # a new Python process: imports, CUDA context, environment check
 SHAPE_S = 1.5  # the weight drawn, quantised, converted
-POINT_S = 0.1  # inputs, the float64 reference on sampled rows, the gate
-CALLS = 9  # untimed calls of a point: the gate, peak memory, the harness's estimate
-BANDWIDTH = 4.0e12  # bytes/s, a nominal H200 stream rate
-TFLOPS = 600e12  # a nominal bf16 dense rate
 COMPILE_S = {"ours-w4a16": 3.0, "ours-w8a16": 3.0}
-
-
-def call_s(flops: float, nbytes: float) -> float:
-    """Seconds of one call at the nominal rates: the larger of its product and its bytes."""
-    return max(flops / TFLOPS, nbytes / BANDWIDTH)
 
 
 def _point_s(s: W4A16Spec, impl: str, m: int) -> float:
@@ -137,7 +123,11 @@ def _point_s(s: W4A16Spec, impl: str, m: int) -> float:
         "ours-w8a16": models.int8_weight_bytes(n, k, 2),
         "torch-int4pack": models.int4pack_weight_bytes(n, k, s.group_size),
     }.get(impl, int4)
-    return POINT_S + (s.warmup_ms + s.rep_ms) / 1e3 + CALLS * call_s(flops, nbytes)
+    return (
+        operator_plan.POINT_S
+        + (s.warmup_ms + s.rep_ms) / 1e3
+        + operator_plan.CALLS * operator_plan.call_s(flops, nbytes)
+    )
 
 
 def estimate_seconds(fields: dict) -> float:
@@ -145,7 +135,7 @@ def estimate_seconds(fields: dict) -> float:
     s = spec(fields)
     per_m = [i for i in s.impls if i != "copy-weight"]
     copy = _point_s(s, "copy-weight", 1) if "copy-weight" in s.impls else 0.0
-    return SHARD_S + SHAPE_S + copy + sum(_point_s(s, i, m) for m in s.ms for i in per_m)
+    return operator_plan.SHARD_S + SHAPE_S + copy + sum(_point_s(s, i, m) for m in s.ms for i in per_m)
 
 
 def compile_keys(fields: dict) -> set[tuple]:

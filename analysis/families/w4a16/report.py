@@ -9,7 +9,7 @@ def shape(row) -> str:
     """``<layer> M=.. N=.. K=..``, for the failure tables."""
 
     def part(key):
-        v = pd.to_numeric(row.get(key), errors="coerce")
+        v = row.get(key)
         return "?" if pd.isna(v) else str(int(v))
 
     return f"{row.get('model')} M={part('m')} N={part('n')} K={part('k')}"

@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from analysis.core import harness, models, points
 from analysis.core.flops import gemm_flops
 from analysis.core.provenance import row_provenance
+from analysis.families._shared.operator_rows import failed_row, make_row
 from analysis.families.w4a16.plan import W4A16Spec
-from analysis.families.w4a16.rows import failed_row, make_row
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.core.summaries import Line, met, ok_timed, span
+from analysis.core.summaries import Line, met, span
+from analysis.core.tables import finished
 from analysis.families.w4a16.tables import with_copy_gbps
 
 KEYS = ["model", "dtype", "group_size", "m"]
@@ -20,7 +21,7 @@ def _ratio(rows: pd.DataFrame, num: str, den: str) -> pd.DataFrame:
 
 
 def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
-    rows = ok_timed(tables.get("ops"), experiment="w4a16", op="linear")
+    rows = finished(tables.get("ops"), experiment="w4a16", op="linear")
     if not len(rows):
         return []
     layers = rows["model"].nunique()

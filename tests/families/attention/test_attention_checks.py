@@ -13,7 +13,8 @@ import torch
 
 from analysis import registry
 from analysis.core.provenance import ROW_FIELDS
-from analysis.families.attention import measure, plan
+from analysis.families._shared import attention_measure
+from analysis.families.attention import plan
 from analysis.families.attention.run import run as run_shard
 from kernels.attention.fa2 import FA2Config
 
@@ -104,7 +105,7 @@ def test_spec_shape_hidden_not_multiple_of_head_dim():
 
 def test_unknown_implementation():
     with pytest.raises(ValueError, match="unknown implementation 'flash3'"):
-        measure.implementation("flash3")
+        attention_measure.implementation("flash3")
 
 
 @pytest.mark.parametrize(
@@ -179,7 +180,7 @@ def test_run_gate_records_mismatch(env, device, monkeypatch):
     def broken(name):
         return lambda q, k, v, causal: reference.naive_attention(q, k, v, causal) + 0.1
 
-    monkeypatch.setattr(measure, "implementation", broken)
+    monkeypatch.setattr(attention_measure, "implementation", broken)
     rows = run_shard(
         _spec(impls=["naive"], seqlens=[33], seqlen_k=[33]), env, device=device, log_line=lambda line: None
     )
@@ -200,7 +201,7 @@ def test_run_records_oom_instead_of_raising(env, device, monkeypatch):
 
         return fn
 
-    monkeypatch.setattr(measure, "implementation", exhausted)
+    monkeypatch.setattr(attention_measure, "implementation", exhausted)
     rows = run_shard(
         _spec(impls=["naive", "ours-fa2"], seqlens=[17], seqlen_k=[17]), env, device=device, log_line=lambda line: None
     )

@@ -9,7 +9,8 @@ from figure_helpers import ATTENTION, attention_row, is_png, render
 
 from analysis import registry, report
 from analysis.core.plotting import NoDataError, NotMeasured
-from analysis.families.attention import experiment_figures, fa2_figures, plots
+from analysis.families._shared import attention_plots as plots
+from analysis.families.attention import experiment_figures, fa2_figures
 
 matplotlib.use("Agg")
 

@@ -22,7 +22,8 @@ from analysis.core import harness
 from analysis.core.flops import attention_flops
 from analysis.core.models import attention_io_bytes
 from analysis.core.points import DTYPES
-from analysis.families.attention import measure, plan, varlen
+from analysis.families._shared import attention_measure, attention_plan
+from analysis.families.attention import plan, varlen
 from analysis.families.attention.run import run as run_shard
 from kernels.attention import reference
 
@@ -130,9 +131,12 @@ def test_spec_shapes(fields, index, expected):
 def test_spec_defaults_are_the_harness_defaults_and_config_form():
     from kernels.attention.fa2 import FA2Config
 
-    assert (plan.DEFAULT_WARMUP_MS, plan.DEFAULT_REP_MS) == (harness.DEFAULT_WARMUP_MS, harness.DEFAULT_REP_MS)
-    assert plan.CONFIG_PATTERN.match(str(FA2Config(128, 64, 8, 3)))
-    assert set(plan.DTYPE_NAMES) == set(DTYPES)
+    assert (attention_plan.DEFAULT_WARMUP_MS, attention_plan.DEFAULT_REP_MS) == (
+        harness.DEFAULT_WARMUP_MS,
+        harness.DEFAULT_REP_MS,
+    )
+    assert attention_plan.CONFIG_PATTERN.match(str(FA2Config(128, 64, 8, 3)))
+    assert set(attention_plan.DTYPE_NAMES) == set(DTYPES)
 
 
 def test_block_sweep_points_are_configs_times_seqlens():
@@ -186,7 +190,7 @@ class _WrongDV(torch.autograd.Function):
 
 
 def test_gradient_gate_catches_a_wrong_gradient(env, fake_timing, monkeypatch):
-    monkeypatch.setattr(measure, "implementation", lambda name, config=None: _WrongDV.apply)
+    monkeypatch.setattr(attention_measure, "implementation", lambda name, config=None: _WrongDV.apply)
     rows = _run(_spec(mode="bwd", impls=["naive"]), env)
     (row,) = rows
     assert row["status"] == "mismatch"
@@ -221,7 +225,7 @@ def test_gradient_gate_of_grouped_query_heads(env, fake_timing):
 
 
 def test_fa1_setting_records_out_of_memory_as_a_row(env, fake_timing, monkeypatch):
-    real = measure.implementation
+    real = attention_measure.implementation
 
     def naive_runs_out(name, config=None):
         if name != "naive":
@@ -232,7 +236,7 @@ def test_fa1_setting_records_out_of_memory_as_a_row(env, fake_timing, monkeypatc
 
         return fn
 
-    monkeypatch.setattr(measure, "implementation", naive_runs_out)
+    monkeypatch.setattr(attention_measure, "implementation", naive_runs_out)
     spec = _spec(
         experiment="fa1-setting",
         mode="fwd+bwd",
@@ -350,7 +354,7 @@ def test_inputs_that_do_not_fit_mark_every_variant(env, fake_timing, monkeypatch
     def no_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 GiB")
 
-    monkeypatch.setattr(measure, "randn", no_memory)
+    monkeypatch.setattr(attention_measure, "randn", no_memory)
     monkeypatch.setattr(varlen, "randn", no_memory)
     configs = ["BLOCK_M=16,BLOCK_N=16,num_warps=4,num_stages=1", "BLOCK_M=32,BLOCK_N=16,num_warps=4,num_stages=1"]
     rows = _run(_spec(experiment="block-sweep", impls=["ours-fa2"], configs=configs, heads=2), env)

@@ -10,8 +10,8 @@ from figure_helpers import ATTENTION
 from figure_helpers import attention_row as _row
 
 from analysis.core.plotting import NoDataError
+from analysis.families._shared import fa3_ablation
 from analysis.families.attention import fa3_figures, plan
-from analysis.families.attention import plan as spec
 from analysis.families.attention.plan import Spec
 
 matplotlib.use("Agg")
@@ -20,14 +20,14 @@ matplotlib.use("Agg")
 def test_spec_names_follow_the_kernel():
     from kernels.attention import fa3
 
-    assert set(spec.FA3_ABLATIONS) | {"fa3"} == set(fa3.SCHEDULES)
-    assert set(fa3_figures.ABLATION_ORDER) == set(spec.FA3_IMPLS)
+    assert set(fa3_ablation.FA3_ABLATIONS) | {"fa3"} == set(fa3.SCHEDULES)
+    assert set(fa3_ablation.ABLATION_ORDER) == set(fa3_ablation.FA3_IMPLS) == set(fa3_ablation.ABLATED) | {"ours-fa3"}
 
 
 def test_every_fa3_name_is_an_implementation():
-    from analysis.families.attention.measure import implementation
+    from analysis.families._shared.attention_measure import implementation
 
-    for impl in spec.FA3_IMPLS:
+    for impl in fa3_ablation.FA3_IMPLS:
         assert callable(implementation(impl))
     with pytest.raises(ValueError, match="unknown implementation"):
         implementation("ours-fa3-no-such-switch")
@@ -46,7 +46,7 @@ def test_ablation_shards_from_the_config():
             "head_dims": [64, 128],
             "causal": [False],
             "seqlens": [8192],
-            "impls": list(spec.FA3_IMPLS) + ["ours-fa2"],
+            "impls": list(fa3_ablation.FA3_IMPLS) + ["ours-fa2"],
             "warmup_ms": None,
             "rep_ms": None,
         },
@@ -67,7 +67,7 @@ def test_ablation_shards_from_the_config():
     shards = plan.shards({"attention": att, "traffic": {"block_sweep": {"configs": []}}})
     assert sorted(shards) == ["fa3-ablation_float16_d128_full", "fa3-ablation_float16_d64_full"]
     s = Spec(**shards["fa3-ablation_float16_d128_full"])
-    assert s.shape(0) == (2, 16, 8192, 8192) and s.points() == len(spec.FA3_IMPLS) + 1
+    assert s.shape(0) == (2, 16, 8192, 8192) and s.points() == len(fa3_ablation.FA3_IMPLS) + 1
     with pytest.raises(ValueError, match="forward pass only"):
         Spec(**{**shards["fa3-ablation_float16_d128_full"], "mode": "bwd"})
     with pytest.raises(ValueError, match="do not belong"):
@@ -95,7 +95,7 @@ def _table() -> pd.DataFrame:
                         _row("fa2-setting", impl, n, b=16384 // n, causal=causal, ms=ms, status=status, dtype=dtype)
                     )
     for d in (64, 128):
-        impls = fa3_figures.ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"]
+        impls = fa3_ablation.ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"]
         for impl, tf in zip(impls, (600, 590, 570, 480, 430, 450, 590), strict=True):
             ms = 4 * 2 * (2048 // d) * 8192 * 8192 * d / (tf * 1e12) * 1e3
             rows.append(_row("fa3-ablation", impl, 8192, d=d, b=2, h=2048 // d, ms=ms))

@@ -9,7 +9,7 @@ import torch
 from figure_helpers import ATTENTION
 
 from analysis.core.plotting import NoDataError
-from analysis.families.attention import measure as attention
+from analysis.families._shared import attention_measure as attention
 from analysis.families.fp8 import figures as fp8_figures
 from analysis.families.fp8 import run as fp8
 from analysis.families.fp8.plan import Fp8Spec as Spec

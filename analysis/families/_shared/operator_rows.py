@@ -1,4 +1,5 @@
-"""The rows of the operator table (``ops.csv``), which the W4A16 and MoE families share: one row of a point."""
+"""The rows of the operator table (``ops.csv``), which the W4A16 and MoE families share: one row of a point,
+and the row of a point that failed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The operator table's plotting helpers (``ops.csv``), shared by the W4A16 and MoE families' figures.
 
+One palette over the table's implementations (``PALETTE``): each family's lines take colours of their own
+from it (``line_styles``), so that no two implementations of the table look alike.
+
 GPU time and eager cost. The plotted times are GPU time (``ms_median``: the harness hides the host side of a
 call). A call issued eagerly, one after another, costs about the larger of its GPU time and its host side
 (``host_ms``: checks, allocations, launches, any synchronisation), ``eager_ms``. Where the two differ by more
@@ -16,61 +19,39 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from analysis.core.plotting import as_bool, floor_at_zero, gpu_label, log2_x, save, theme
+from analysis.core.plotting import floor_at_zero, gpu_label, log2_x, save, theme
+from analysis.core.tables import finished
 
-NUMERIC = [
-    "m",
-    "n",
-    "k",
-    "group_size",
-    "experts",
-    "top_k",
-    "tokens",
-    "ms_median",
-    "ms_p20",
-    "ms_p80",
-    "host_ms",
-    "tflops",
-    "model_bytes",
-    "gbps",
-    "peak_mem_mib",
-    "max_abs_err",
-    "rel_err",
-    "quant_err",
-]
+# One colour per implementation of the table; a family's lines take a run of them (``line_styles``).
+PALETTE = sns.color_palette("colorblind", 13)
+MARKER_CYCLE = "oDsv^"
 
 
-QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
-
-
-MOE_ORDER = ["ours-moe", "grouped-mm-moe", "loop-moe", "gather-moe", "dense-ffn"]
-
-
-GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
-
-
-COLOURS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, sns.color_palette("colorblind", 13), strict=True))
-
-
-MARKERS = dict(zip(QUANT_ORDER + MOE_ORDER + GROUPED_ORDER, "oDsv^" * 3, strict=False))
-
-
-THICK = {"ours-w4a16", "ours-moe", "ours-grouped"}  # the line of our kernel in each figure
+def line_styles(order: list[str], first: int) -> dict[str, dict]:
+    """Each implementation of ``order`` with the look of its line: colours ``first``, ``first`` + 1, … of
+    ``PALETTE``, markers in turn, and the first of them (our kernel) drawn thicker. The dict keeps the
+    order, which is the order lines are drawn in."""
+    if first < 0 or first + len(order) > len(PALETTE):
+        raise ValueError(f"first={first}: {len(order)} implementations do not fit in the {len(PALETTE)} colours")
+    return {
+        impl: {
+            "color": PALETTE[first + i],
+            "marker": MARKER_CYCLE[i % len(MARKER_CYCLE)],
+            "linewidth": 2.4 if i == 0 else 1.4,
+        }
+        for i, impl in enumerate(order)
+    }
 
 
 EAGER_GAP = 0.2  # draw the eager-cost line where it differs from the GPU-time one by more than this
 
 
 def prepare(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
-    """Ok, timed rows of one experiment (w4a16, moe) with numbers normalised; refuses a table that mixes GPUs."""
+    """Ok, timed rows of one experiment (w4a16, moe) with their eager cost; refuses a table that mixes GPUs."""
     gpus = df["gpu"].dropna().unique()
     if len(gpus) > 1:
         raise ValueError(f"figures are drawn for one GPU at a time, got {sorted(map(str, gpus))}")
-    d = df[df["experiment"] == experiment].copy()
-    for c in NUMERIC:
-        d[c] = pd.to_numeric(d[c], errors="coerce")
-    d["timed"] = as_bool(d["timed"])
-    d = d[(d["status"] == "ok") & d["timed"]].copy()
+    d = finished(df, experiment=experiment).copy()
     # what an eager call costs: the larger of GPU time and host time (NaN where host_ms was not measured)
     d["eager_ms"] = np.fmax(d["ms_median"], d["host_ms"]).where(d["host_ms"].notna())
     return d
@@ -96,10 +77,6 @@ def panel_grid(n: int, width: float = 4.0, height: float = 3.2):
     return fig, list(axes.flat[:n])
 
 
-def shape_label(r) -> str:
-    return f"{r['model']} ({int(r['k'])}→{int(r['n'])})"
-
-
 def finish(fig, axes, title: str, out_png) -> None:
     """The legend beside the last panel, the title, and the PNG."""
     axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
@@ -112,7 +89,7 @@ def line_panels(
     d: pd.DataFrame,
     panel: str,
     panels: list[str],
-    order: list[str],
+    styles: dict[str, dict],
     x: str,
     value: str,
     labels: tuple[str, str],
@@ -123,30 +100,25 @@ def line_panels(
     eager: str | None = None,
 ) -> None:
     """One panel per value of column ``panel`` (in the order of ``panels``): ``value`` against ``x`` on a log2
-    axis, a line per implementation of ``order`` present (ours thicker), axes labelled ``labels`` (x, y) and
-    the figure titled ``what``; ``mark(ax, rows)`` adds what a panel has besides (a reference line, a log
-    y-axis). ``eager``: the column of ``value`` at the eager cost; a line where it differs from ``value`` by
-    more than ``EAGER_GAP`` at some point is drawn again from it, dotted (module docstring)."""
+    axis, a line per implementation of ``styles`` present (``line_styles``: in its order, with its look), axes
+    labelled ``labels`` (x, y) and the figure titled ``what``; ``mark(ax, rows)`` adds what a panel has besides
+    (a reference line, a log y-axis). ``eager``: the column of ``value`` at the eager cost; a line where it
+    differs from ``value`` by more than ``EAGER_GAP`` at some point is drawn again from it, dotted (module
+    docstring)."""
     with theme():
         fig, axes = panel_grid(len(panels), width=width)
         for ax, name in zip(axes, panels, strict=True):
             s = d[d[panel] == name]
-            for impl in [i for i in order if i in set(s["impl"])]:
+            for impl in [i for i in styles if i in set(s["impl"])]:
+                look = styles[impl]
                 line = s[s["impl"] == impl].sort_values(x)
-                ax.plot(
-                    line[x],
-                    line[value],
-                    marker=MARKERS[impl],
-                    color=COLOURS[impl],
-                    label=impl,
-                    linewidth=2.4 if impl in THICK else 1.4,
-                )
+                ax.plot(line[x], line[value], label=impl, **look)
                 if eager is not None and eager_differs(line[value], line[eager]).any():
                     ax.plot(
                         line[x],
                         line[eager],
-                        marker=MARKERS[impl],
-                        color=COLOURS[impl],
+                        marker=look["marker"],
+                        color=look["color"],
                         linestyle=":",
                         fillstyle="none",
                         linewidth=1.2,
@@ -155,7 +127,7 @@ def line_panels(
             if mark is not None:
                 mark(ax, s)
             floor_at_zero(ax)
-            log2_x(ax, [v for v in s[x] if v == v])
+            log2_x(ax, s[x].dropna())
             ax.set_title(name, fontsize=9)
             ax.set_xlabel(labels[0])
             ax.set_ylabel(labels[1])
