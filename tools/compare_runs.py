@@ -14,7 +14,10 @@ nothing the comparison needs), its results written under ``DIR/<old|new>/``. The
 
 Text is compared after two normalisations: each run's results folder is written ``results/`` (the verdicts'
 evidence names the files it read), and every ``--moved OLD=NEW`` path is replaced (a module the evidence names
-that a refactoring moved). Prints one line per compared file and a summary; exits 1 when anything differs.
+that a refactoring moved). ``--ignore-column COL`` leaves a verdict column out of the comparison, and its values
+out of the report's tables (each run's own values are replaced there by a placeholder), for a change that
+rewrites that column on purpose (say, evidence written anew) and must leave everything else as it was. Prints
+one line per compared file and a summary; exits 1 when anything differs.
 """
 
 from __future__ import annotations
@@ -66,7 +69,12 @@ def normalise(text: str, run: Path, moved: dict[str, str]) -> str:
     return text
 
 
-def report_tables(path: Path, moved: dict[str, str]) -> collections.Counter:
+IGNORED = "⟨ignored⟩"  # what an ignored column's value reads as in the report's tables
+
+
+def report_tables(path: Path, moved: dict[str, str], ignored: set[str] = frozenset()) -> collections.Counter:
+    """Every table of the report, as its cells' text (cells whose whole text is one of ``ignored`` read as
+    ``IGNORED``)."""
     text = normalise(path.read_text(encoding="utf-8"), path.parent, moved)
     out = collections.Counter()
     for table in re.findall(r"<table.*?</table>", text, re.S):
@@ -74,6 +82,7 @@ def report_tables(path: Path, moved: dict[str, str]) -> collections.Counter:
             html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
             for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", table, re.S)
         ]
+        cells = [IGNORED if " ".join(c.split()) in ignored else c for c in cells]
         out[" | ".join(cells)] += 1
     return out
 
@@ -99,11 +108,13 @@ def verdicts(run: Path, moved: dict[str, str]) -> pd.DataFrame:
     return df.sort_values(["claim_id", "gpu"])
 
 
-def compare(old: Path, new: Path, moved: dict[str, str] | None = None) -> list[tuple[str, str]]:
-    """(what, '' or how it differs) for every compared file."""
+def compare(
+    old: Path, new: Path, moved: dict[str, str] | None = None, ignore: tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
+    """(what, '' or how it differs) for every compared file; the verdict columns ``ignore`` left out."""
     out, moved = [], moved or {}
     va, vb = verdicts(old, moved), verdicts(new, {})
-    shared = [c for c in va.columns if c in vb.columns]
+    shared = [c for c in va.columns if c in vb.columns and c not in ignore]
     out.append(("verdicts.csv", same_frames(va[shared], vb[shared])))
     fa, fb = figure_tables(old / "results"), figure_tables(new / "results")
     for name in sorted(set(fa) | set(fb)):
@@ -111,7 +122,9 @@ def compare(old: Path, new: Path, moved: dict[str, str] | None = None) -> list[t
             out.append((f"figure {name}", f"only in {'new' if name in fb else 'old'}"))
             continue
         out.append((f"figure {name}", same_frames(pd.read_csv(fa[name]), pd.read_csv(fb[name]))))
-    ta, tb = report_tables(old / "report.html", moved), report_tables(new / "report.html", {})
+    left_out = [{" ".join(str(v).split()) for c in ignore for v in frame[c] if str(v)} for frame in (va, vb)]
+    ta = report_tables(old / "report.html", moved, left_out[0])
+    tb = report_tables(new / "report.html", {}, left_out[1])
     for label, (x, y) in {"only in old": (ta, tb), "only in new": (tb, ta)}.items():
         for table, n in (x - y).items():
             out.append((f"report table {table[:80]!r}", f"{label} ({n}×)"))
@@ -132,12 +145,19 @@ def main(argv: list[str]) -> int:
         metavar="OLD=NEW",
         help="a path the old run's text names that the new one names NEW (repeatable)",
     )
+    ap.add_argument(
+        "--ignore-column",
+        action="append",
+        default=[],
+        metavar="COL",
+        help="a verdict column to leave out, in the verdicts and the report's tables (repeatable)",
+    )
     args = ap.parse_args(argv)
     work = args.work.resolve()
     if not args.no_run:
         run(args.old.resolve(), work / "old")
         run(args.new.resolve(), work / "new")
-    results = compare(work / "old", work / "new", dict(m.split("=", 1) for m in args.moved))
+    results = compare(work / "old", work / "new", dict(m.split("=", 1) for m in args.moved), tuple(args.ignore_column))
     for what, diff in results:
         print(f"{'same' if not diff else 'DIFFERS'}  {what}" + (f": {diff}" if diff else ""))
     bad = sum(1 for _, d in results if d)

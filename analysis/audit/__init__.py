@@ -5,7 +5,7 @@ GPU arithmetic (``arithmetic``), which are about no family; the registry collect
 (``analysis.registry.evaluators``)."""
 
 from analysis.audit.claims import PART_SEP, REGISTRY, Claim, Claims, Quote, load_claims, part_id
-from analysis.audit.context import ANALYTIC, Context, Results
+from analysis.audit.context import ANALYTIC, Context, Results, Selection, evidence
 from analysis.audit.engine import COLUMNS, audit, judge, summary
 from analysis.audit.verdicts import VERDICTS, Evaluators, Untestable, Verdict, combine, judge_part
 
@@ -21,10 +21,12 @@ __all__ = [
     "Context",
     "Evaluators",
     "Results",
+    "Selection",
     "Untestable",
     "Verdict",
     "audit",
     "combine",
+    "evidence",
     "judge",
     "judge_part",
     "load_claims",

@@ -172,14 +172,55 @@ def finished(df: pd.DataFrame | None, **where) -> pd.DataFrame:
     return df[matching(df, where) & (df["status"] == "ok") & df["timed"]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """A column value that is a bound, not a value: ``at_most(16)`` matches cells ≤ 16, ``at_least(4096)`` cells
+    ≥ 4096 (in ``matching`` and, written ``m≤16``, in a query's description)."""
+
+    op: str  # "≤" or "≥"
+    value: float
+
+    def mask(self, col: pd.Series) -> pd.Series:
+        return col <= self.value if self.op == "≤" else col >= self.value
+
+    def __str__(self) -> str:
+        return f"{self.op}{self.value:g}"
+
+
+def at_most(value: float) -> Bound:
+    return Bound("≤", value)
+
+
+def at_least(value: float) -> Bound:
+    return Bound("≥", value)
+
+
 def matching(df: pd.DataFrame, where: dict) -> pd.Series:
-    """Where the rows of ``df`` have the column values of ``where`` (a list, tuple or set means any of them;
-    an empty cell matches nothing)."""
+    """Where the rows of ``df`` have the column values of ``where`` (a list, tuple or set means any of them, a
+    ``Bound`` a range; an empty cell matches nothing)."""
     mask = pd.Series(True, index=df.index)
     for col, val in where.items():
-        hit = df[col].isin(list(val)) if isinstance(val, (list, tuple, set)) else df[col] == val
+        if isinstance(val, Bound):
+            hit = val.mask(df[col])
+        elif isinstance(val, (list, tuple, set)):
+            hit = df[col].isin(list(val))
+        else:
+            hit = df[col] == val
         mask &= hit.fillna(False).astype(bool)
     return mask
+
+
+def describe(where: dict) -> str:
+    """A query's column values as the evidence names them: ``experiment=memory, impl=naive,ours-fa2, m≤16``."""
+    parts = []
+    for col, val in where.items():
+        if isinstance(val, Bound):
+            parts.append(f"{col}{val}")
+        elif isinstance(val, (list, tuple, set)):
+            parts.append(f"{col}={','.join(str(v) for v in (sorted(val) if isinstance(val, set) else val))}")
+        else:
+            parts.append(f"{col}={val}")
+    return ", ".join(parts)
 
 
 def load_provenance(path: str | Path) -> dict:

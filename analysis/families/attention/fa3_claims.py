@@ -5,7 +5,7 @@ instruction issue are the compiled family's (``analysis.families.compiled.claims
 
 from __future__ import annotations
 
-from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
+from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict, evidence
 from analysis.audit.verdicts import dense_peak, judge_range, on_each_gpu
 from analysis.core.summaries import span
 from analysis.families._shared.fa3_ablation import ABLATED
@@ -20,19 +20,22 @@ def fa3_util(claim, ctx):
 
     def one(gpu):
         peak, name = dense_peak(gpu)
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa2-setting", mode="fwd", dtype=["float16", "bfloat16"])
+        sel = ctx.table(ATTENTION).select(gpu, experiment="fa2-setting", mode="fwd", dtype=["float16", "bfloat16"])
+        rows = sel.rows
         if rows.empty:
             raise Untestable("no finished forward rows")
         best = rows.loc[rows.groupby("impl")["tflops"].idxmax()].set_index("impl")["tflops"]
         frac = 100 * best / peak
         judged = "ours-fa3" if "ours-fa3" in best else best.idxmax()
         others = [f"{impl} {frac[impl]:.0f}%" for impl in ("sdpa-cudnn", "ours-fa2") if impl in frac and impl != judged]
-        ceiling = ctx.table(ATTENTION).ok(gpu, experiment="fp8-speed", impl="bf16-mm")
+        gemms = ctx.table(ATTENTION).select(gpu, experiment="fp8-speed", impl="bf16-mm")
+        ceiling = gemms.rows
         if len(ceiling):
             gemm = ceiling["tflops"].median()
             share = 100 * best[judged] / gemm
             others.append(f"{share:.0f}% of the fp8-speed rows' bf16 GEMM ({gemm:.0f} TFLOP/s, torch.matmul 8192³)")
-        fp8_rows = ctx.table(ATTENTION).ok(gpu, experiment="fp8-speed", impl=["ours-fp8-tensor", "ours-fp8-block"])
+        fp8 = ctx.table(ATTENTION).select(gpu, experiment="fp8-speed", impl=["ours-fp8-tensor", "ours-fp8-block"])
+        fp8_rows = fp8.rows
         if len(fp8_rows):
             fp8_peak, _ = dense_peak(gpu, "fp8")
             best8 = fp8_rows["tflops"].max()
@@ -48,7 +51,7 @@ def fa3_util(claim, ctx):
             f"judged: {what}, its best forward point in the FA-2 setting on {name} ({peak:g} TFLOP/s dense), "
             "the claim's H100 figure in its hardware-independent form (the H200 has the H100's tensor cores); "
             "beside it: " + "; ".join(others),
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, mode=fwd",
+            evidence(sel, *(s for s in (gemms, fp8) if not s.empty)),
             gpu=gpu,
             unit="% of peak",
             parts={
@@ -66,7 +69,8 @@ def fa3_techniques(claim: Claim, ctx: Context) -> list[Verdict]:
     least = claim.asserted["at_least"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa3-ablation")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="fa3-ablation")
+        rows = sel.rows
         keys = ["dtype", "head_dim", "causal", "seqlen_q", "batch", "heads"]
         full = rows[rows["impl"] == "ours-fa3"][keys + ["ms_median"]]
         if full.empty:
@@ -95,7 +99,7 @@ def fa3_techniques(claim: Claim, ctx: Context) -> list[Verdict]:
             f"time of the FA-3 kernel with one technique off over the full schedule's, same run and point; a "
             f"technique pays when switching it off costs at least {least:g}% at head dim 128; "
             f"{len(paying)} of {len(d128)} do",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa3-ablation",
+            sel.evidence,
             gpu=gpu,
             unit="%",
         )

@@ -29,7 +29,10 @@ def exp1_oom_16k(claim, ctx):
     card = claim.conditions["card_gb"] * 1e9 / MIB  # MiB
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).rows(gpu, experiment="memory", mode="fwd")
+        sel = ctx.table(ATTENTION).select(
+            gpu, finished=False, experiment="memory", mode="fwd", impl=["naive", "ours-fa2"]
+        )
+        rows = sel.rows
         naive = rows[rows["impl"] == "naive"].sort_values("seqlen_q")
         ours = rows[(rows["impl"] == "ours-fa2") & (rows["status"] == "ok")].sort_values("seqlen_q")
         naive_ok = naive[naive["status"] == "ok"]
@@ -58,7 +61,7 @@ def exp1_oom_16k(claim, ctx):
             verdict,
             f"fits 80 GB up to N={fits_on_card}; N^{slope_naive:.2f} vs N^{slope_ours:.2f}",
             note,
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=memory, impl=naive,ours-fa2",
+            sel.evidence,
             gpu=gpu,
             unit="N",
             parts={
@@ -82,7 +85,7 @@ def exp3_maxdiff(claim, ctx):
     c = claim.conditions
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(
+        sel = ctx.table(ATTENTION).select(
             gpu,
             experiment="fa2-setting",
             mode="fwd",
@@ -90,7 +93,9 @@ def exp3_maxdiff(claim, ctx):
             head_dim=c["d"],
             seqlen_q=c["N"],
             causal=c["causal"],
+            impl=["ours-fa2", "sdpa-flash"],
         )
+        rows = sel.rows
         ours, flash = rows[rows["impl"] == "ours-fa2"], rows[rows["impl"] == "sdpa-flash"]
         if ours.empty or flash.empty:
             raise Untestable("no finished ours and sdpa-flash rows in that setting")
@@ -101,7 +106,7 @@ def exp3_maxdiff(claim, ctx):
             f"≤ {three_digits(bound)}",
             f"|ours − SDPA| bounded by the sum of both errors against float64, at B={r['batch']}, H={r['heads']} "
             "(the article's B=2, H=8 has the same per-element arithmetic)",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, float16, d=128, N=2048, causal",
+            sel.evidence,
             gpu=gpu,
             unit="max abs difference",
         )
@@ -114,10 +119,12 @@ def exp4_close(claim, ctx):
     lo, hi = claim.asserted["range"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa2-setting", mode="fwd", head_dim=128, causal=True)
-        piv = rows.pivot_table(index=["dtype", "seqlen_q"], columns="impl", values="ms_median")
-        need = {"naive", "ours-fa2", "sdpa-flash"}
-        if not need <= set(piv.columns):
+        need = ["naive", "ours-fa2", "sdpa-flash"]
+        sel = ctx.table(ATTENTION).select(
+            gpu, experiment="fa2-setting", mode="fwd", head_dim=128, causal=True, impl=need
+        )
+        piv = sel.rows.pivot_table(index=["dtype", "seqlen_q"], columns="impl", values="ms_median")
+        if not set(need) <= set(piv.columns):
             raise Untestable("ours, naive or sdpa-flash missing")
         speed = piv["naive"] / piv["ours-fa2"]
         vs_flash = piv["sdpa-flash"] / piv["ours-fa2"]
@@ -126,7 +133,7 @@ def exp4_close(claim, ctx):
             f"{speed.min():.1f}–{speed.max():.1f}× over naive; {vs_flash.min():.2f}–{vs_flash.max():.2f}× SDPA flash",
             "our Triton FA-2 vs three-step PyTorch, d=128, causal, N = 512…16K in the FA-2 setting (batch × N = "
             "16384 rather than B=2); 'close to the official kernel' holds: ours is at or above SDPA's FA-2 backend",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, d=128, causal",
+            sel.evidence,
             gpu=gpu,
             unit="×",
             parts={
@@ -141,8 +148,10 @@ def exp4_close(claim, ctx):
 @EVALUATORS("exp_s0_slower")
 def exp_s0_slower(claim, ctx):
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa2-setting", mode="fwd")
-        piv = rows.pivot_table(index=["dtype", "head_dim", "causal", "seqlen_q"], columns="impl", values="ms_median")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="fa2-setting", mode="fwd")
+        piv = sel.rows.pivot_table(
+            index=["dtype", "head_dim", "causal", "seqlen_q"], columns="impl", values="ms_median"
+        )
         sdpa = [c for c in piv.columns if c.startswith("sdpa-") and c != "sdpa-math"]
         if "ours-fa2" not in piv.columns or not sdpa:
             raise Untestable("ours or SDPA rows missing")
@@ -156,7 +165,7 @@ def exp_s0_slower(claim, ctx):
             f"SDPA's best backend (cuDNN here) beats our autotuned kernel at {100 * share:.0f}% of points; its "
             f"FlashAttention-2 backend at {100 * beats_flash:.0f}%. Ours is autotuned, not a fixed 64×64 teaching "
             "kernel, so this is the favourable case for Triton",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, impl=ours-fa2, sdpa-*",
+            sel.evidence,
             gpu=gpu,
         )
 
@@ -170,7 +179,10 @@ def fa1_speed_mem(claim, ctx):
     mode = claim.conditions["mode"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa1-setting", mode=mode)
+        sel = ctx.table(ATTENTION).select(
+            gpu, experiment="fa1-setting", mode=mode, impl=["naive", "ours-fa1", "ours-fa2"]
+        )
+        rows = sel.rows
         keys = ["dtype", "head_dim", "seqlen_q"]
         speed = side_by_side(rows, keys, "naive", "ours-fa1")
         mem = side_by_side(rows, keys, "naive", "ours-fa1", "peak_mem_mib")
@@ -197,7 +209,7 @@ def fa1_speed_mem(claim, ctx):
             f"at N = {int(long['seqlen_q'].min())}…{int(long['seqlen_q'].max())}{at_text}{fa2_text}. Memory saving = "
             "naive's extra peak memory / ours (inputs excluded). The claim is about an A100: this is the same ratio "
             "measured on this GPU",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa1-setting, mode={mode}, impl=naive,ours-fa1,ours-fa2",
+            sel.evidence,
             gpu=gpu,
             unit="×",
             parts={
@@ -223,9 +235,11 @@ def fa_gain_vanishes(claim, ctx):
     n0, d0 = claim.conditions["N"], claim.conditions["d"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="gain-surface")
-        mode = "fwd" if (rows["mode"] == "fwd").any() else (rows["mode"].iloc[0] if not rows.empty else "fwd")
-        pair = side_by_side(rows[rows["mode"] == mode], ["head_dim", "seqlen_q"], "naive", "ours-fa2")
+        surface = ctx.table(ATTENTION).select(gpu, experiment="gain-surface", impl=["naive", "ours-fa2"])
+        modes = surface.rows["mode"]
+        mode = "fwd" if (modes == "fwd").any() else (modes.iloc[0] if not modes.empty else "fwd")
+        sel = surface.narrow(mode=mode)
+        pair = side_by_side(sel.rows, ["head_dim", "seqlen_q"], "naive", "ours-fa2")
         if pair.empty:
             raise Untestable("naive and ours finished at no common point of the gain surface")
         pair["gain"] = pair["ms_median_a"] / pair["ms_median_b"]
@@ -246,7 +260,7 @@ def fa_gain_vanishes(claim, ctx):
             f"{pair['gain'].max():.1f}× at d={int(pair.loc[pair['gain'].idxmax(), 'head_dim'])}, "
             f"N={int(pair.loc[pair['gain'].idxmax(), 'seqlen_q'])}). Trends are pairwise order agreement in [−1, 1]: "
             "+1 = gain rises with every step in N, −1 = falls with every step in d",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=gain-surface, mode={mode}, impl=naive,ours-fa2",
+            sel.evidence,
             gpu=gpu,
             unit="×",
         )
@@ -260,7 +274,10 @@ def bwd_faster(claim, ctx):
     mode = claim.conditions["mode"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fa2-setting", mode=mode)
+        sel = ctx.table(ATTENTION).select(
+            gpu, experiment="fa2-setting", mode=mode, impl=["naive", "ours-fa2", "sdpa-flash"]
+        )
+        rows = sel.rows
         pair = side_by_side(rows, ["dtype", "head_dim", "causal", "seqlen_q"], "naive", "ours-fa2")
         if pair.empty:
             raise Untestable(f"naive and ours-fa2 finished at no common {mode} point")
@@ -274,7 +291,7 @@ def bwd_faster(claim, ctx):
             f"our FA-2 backward (P recomputed from the logsumexp) vs autograd through baddbmm+softmax+bmm (P "
             f"stored), FA-2 setting, every dtype/d/mask; at N ≥ 4096: {span(big, '.1f') if len(big) else 'none'}"
             + (f"; vs SDPA flash backward: {span(vs_flash, '.2f')}" if len(vs_flash) else ""),
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, mode={mode}, impl=naive,ours-fa2",
+            sel.evidence,
             gpu=gpu,
             unit="×",
         )
@@ -288,7 +305,10 @@ def break_even_512(claim, ctx):
     mode = claim.conditions["mode"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, mode=mode, experiment=["fa2-setting", "fa1-setting"])
+        sel = ctx.table(ATTENTION).select(
+            gpu, experiment=["fa2-setting", "fa1-setting"], mode=mode, impl=["naive", "ours-fa2"]
+        )
+        rows = sel.rows
         keys = ["experiment", "dtype", "head_dim", "causal", "seqlen_q", "batch"]
         pair = side_by_side(rows, keys, "naive", "ours-fa2")
         if pair.empty:
@@ -308,7 +328,7 @@ def break_even_512(claim, ctx):
             f"ours (recomputes P) vs naive (stores P), {mode}; worst at N ≥ {n0}: "
             f"{slowest['ms_median_a'] / slowest['ms_median_b']:.2f}× ({slowest['dtype']}, d={slowest['head_dim']}, "
             f"N={slowest['seqlen_q']}){below_text}",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting,fa1-setting, mode={mode}, impl=naive,ours-fa2",
+            sel.evidence,
             gpu=gpu,
             unit="N",
         )
@@ -332,9 +352,12 @@ def fa1_mfu(claim, ctx):
 @EVALUATORS("fa2_vs_fa1")
 def fa2_vs_fa1(claim, ctx):
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment=["fa2-setting", "fa1-setting"])
+        sel = ctx.table(ATTENTION).select(gpu, experiment=["fa2-setting", "fa1-setting"], impl=["ours-fa1", "ours-fa2"])
         pair = side_by_side(
-            rows, ["experiment", "mode", "dtype", "head_dim", "causal", "seqlen_q", "batch"], "ours-fa1", "ours-fa2"
+            sel.rows,
+            ["experiment", "mode", "dtype", "head_dim", "causal", "seqlen_q", "batch"],
+            "ours-fa1",
+            "ours-fa2",
         )
         if pair.empty:
             raise Untestable("our FA-1 and FA-2 finished at no common point")
@@ -347,7 +370,7 @@ def fa2_vs_fa1(claim, ctx):
             f"our FA-2 vs our FA-1 (Algorithm 1 as published) on the same GPU, {len(pair)} points ({by_mode}); "
             "both are Triton kernels, so the ratio isolates the algorithm (loop order, lazy rescaling, "
             "parallelism over query blocks), not CUDA engineering",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting,fa1-setting, impl=ours-fa1,ours-fa2",
+            sel.evidence,
             gpu=gpu,
             unit="×",
         )
@@ -358,8 +381,8 @@ def fa2_vs_fa1(claim, ctx):
 @EVALUATORS("lazy_rescale")
 def lazy_rescale(claim, ctx):
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="rescale-ablation")
-        pair = side_by_side(rows, ["dtype", "head_dim", "causal", "seqlen_q"], "ours-fa2-eager", "ours-fa2")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="rescale-ablation", impl=["ours-fa2", "ours-fa2-eager"])
+        pair = side_by_side(sel.rows, ["dtype", "head_dim", "causal", "seqlen_q"], "ours-fa2-eager", "ours-fa2")
         if pair.empty:
             raise Untestable("lazy and eager variants finished at no common point")
         gain = 100 * (pair["ms_median_a"] / pair["ms_median_b"] - 1)
@@ -371,7 +394,7 @@ def lazy_rescale(claim, ctx):
             "the same kernel with the division by ℓ per K/V tile (eager, as FA-1 normalises) against once at the "
             f"end (lazy, FA-2); {len(pair)} points. That the lazy kernel has no division in its loop is by "
             "construction; what is measured is what removing it buys",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=rescale-ablation, impl=ours-fa2,ours-fa2-eager",
+            sel.evidence,
             gpu=gpu,
             unit="%",
         )
@@ -385,7 +408,13 @@ def flashdecoding(claim, ctx):
     nq = claim.conditions["seqlen_q"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="decode", seqlen_q=nq)
+        sel = ctx.table(ATTENTION).select(
+            gpu,
+            experiment="decode",
+            seqlen_q=nq,
+            impl=["ours-decode", "ours-fa2", "ours-decode-unsplit", "copy-kv", "sdpa-flash"],
+        )
+        rows = sel.rows
         keys = ["dtype", "heads_kv", "head_dim", "seqlen_k", "batch"]
         vs_fa2 = side_by_side(rows, keys, "ours-fa2", "ours-decode")
         if vs_fa2.empty:
@@ -410,8 +439,7 @@ def flashdecoding(claim, ctx):
             f"query length {nq}, K/V lengths {int(vs_fa2['seqlen_k'].min())}…{int(vs_fa2['seqlen_k'].max())}, "
             f"{len(vs_fa2)} points; the split-KV gain grows with K/V length as plain FA-2 runs one program per "
             f"(batch, head); " + "; ".join(extra),
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=decode, "
-            "impl=ours-decode,ours-fa2,ours-decode-unsplit,copy-kv",
+            sel.evidence,
             gpu=gpu,
             unit="×",
         )
@@ -424,7 +452,8 @@ def varlen_waste(claim, ctx):
     lo, hi = claim.asserted["range"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="varlen")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="varlen")
+        rows = sel.rows
         pair = side_by_side(rows, ["dtype", "head_dim", "causal", "mode"], "ours-fa2-padded", "ours-varlen")
         if pair.empty:
             raise Untestable("varlen and padded runs finished at no common point")
@@ -441,7 +470,7 @@ def varlen_waste(claim, ctx):
             f"{int(batch['seqlen_q'])}): the waste is a property of the length mix, here "
             f"{'inside' if in_range else 'outside'} the claimed {lo:g}–{hi:g}%; 'removes it' is judged as time "
             f"saved ≥ 75% of the wasted share, {len(pair)} settings (mask, mode)",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=varlen, impl=ours-varlen,ours-fa2-padded, pad_waste",
+            sel.evidence,
             gpu=gpu,
             unit="%",
         )
@@ -452,8 +481,8 @@ def varlen_waste(claim, ctx):
 @EVALUATORS("block_64")
 def block_64(claim, ctx):
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="block-sweep")
-        rows = rows[rows["kernel_config"].fillna("") != ""]
+        sel = ctx.table(ATTENTION).select(gpu, experiment="block-sweep")
+        rows = sel.rows[sel.rows["kernel_config"].fillna("") != ""]
         if rows.empty:
             raise Untestable("no finished block-sweep rows")
         out = []
@@ -471,7 +500,7 @@ def block_64(claim, ctx):
             "best tile " + ", ".join(sorted(best_tiles)),
             "; ".join(out) + ". The claim is about an A100 (192 KB shared memory per SM); on this GPU the "
             "DRAM traffic across the same configurations is in the traffic table (K/V re-reads hit L2)",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=block-sweep, impl=ours-fa2, kernel_config",
+            sel.evidence,
             gpu=gpu,
             unit="BLOCK_M×BLOCK_N",
         )

@@ -138,7 +138,8 @@ def idle_95(claim, ctx):
 
     def measured(gpu):
         peak, name = dense_peak(gpu)
-        naive = ctx.table(ATTENTION).ok(gpu, impl="naive", experiment="fa2-setting", mode="fwd")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="fa2-setting", mode="fwd", impl="naive")
+        naive = sel.rows
         if naive.empty:
             raise Untestable("no finished naive attention rows")
         busy = 100 * naive["tflops"] / peak
@@ -148,7 +149,7 @@ def idle_95(claim, ctx):
             f"{100 - busy.max():.0f}–{100 - busy.min():.0f}% idle",
             f"tensor cores idle = 1 − achieved / dense fp16 peak ({peak:g} TFLOP/s) of naive attention on {name}, "
             f"{len(naive)} points of the FA-2 setting",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, impl=naive",
+            sel.evidence,
             gpu=gpu,
             unit="%",
         )
@@ -161,7 +162,8 @@ def incident_rollback(claim, ctx):
     n = claim.conditions["N"]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="memory", seqlen_q=n, mode="fwd")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="memory", mode="fwd", seqlen_q=n, impl=["naive", "ours-fa2"])
+        rows = sel.rows
         naive, ours = rows[rows["impl"] == "naive"], rows[rows["impl"] == "ours-fa2"]
         if naive.empty or ours.empty:
             raise Untestable(f"naive or ours did not finish at N={n} in the memory experiment")
@@ -176,7 +178,7 @@ def incident_rollback(claim, ctx):
             f"memory −{cut:.1f}%; latency {speed:.2f}×",
             f"B={row['batch']}, H={row['heads']}, d={row['head_dim']}, {row['dtype']}, forward only (the incident's "
             "batch, heads and pass are not given); ours-fa2 vs naive (baddbmm+softmax+bmm)",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=memory, seqlen_q={n}, impl=naive,ours-fa2",
+            sel.evidence,
             gpu=gpu,
             unit="×",
             parts={"memory": ([cut], f"memory −{cut:.1f}%"), "latency": ([speed], f"latency {speed:.2f}× lower")},
@@ -291,7 +293,8 @@ def tc_bound_55(claim, ctx):
 
     def measured(gpu):
         peak, name = dense_peak(gpu)
-        naive = ctx.table(ATTENTION).ok(gpu, impl="naive", experiment="fa2-setting", mode="fwd")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="fa2-setting", mode="fwd", impl="naive")
+        naive = sel.rows
         if naive.empty:
             raise Untestable("no finished naive attention rows")
         best = 100 * naive["tflops"].max() / peak
@@ -300,7 +303,7 @@ def tc_bound_55(claim, ctx):
             f"best {best:.1f}% of peak",
             f"hardware-independent form on {name}: naive attention's best fraction of the dense fp16 peak "
             f"({peak:g} TFLOP/s) over {len(naive)} points",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, impl=naive",
+            sel.evidence,
             gpu=gpu,
             unit="%",
         )
@@ -315,13 +318,14 @@ def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes
     """``impl``'s 16-bit TFLOP/s as a share of each measured GPU's dense peak, judged against the claim's range
     (the hardware-independent form of a claim about another GPU)."""
     lo, hi = claim.asserted["range"]
-    where = ",".join(experiments)
+    where = ",".join(experiments)  # in the note
 
     def one(gpu):
         peak, name = dense_peak(gpu)
-        rows = ctx.table(ATTENTION).ok(
-            gpu, impl=impl, experiment=list(experiments), mode=list(modes), dtype=["float16", "bfloat16"]
+        sel = ctx.table(ATTENTION).select(
+            gpu, experiment=list(experiments), mode=list(modes), dtype=["float16", "bfloat16"], impl=impl
         )
+        rows = sel.rows
         if rows.empty:
             raise Untestable(f"no finished {impl} rows")
         frac = 100 * rows["tflops"] / peak
@@ -338,7 +342,7 @@ def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes
             f"{frac.min():.0f}–{frac.max():.0f}% of peak",
             f"hardware-independent form: {what} as a fraction of {name}'s dense fp16/bf16 peak ({peak:g} TFLOP/s), "
             f"{len(rows)} points of {where}{by_mode}; the claim is about {about}",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment={where}, impl={impl}",
+            sel.evidence,
             gpu=gpu,
             unit="% of peak",
             parts={
@@ -367,7 +371,8 @@ def fa2_mfu(claim, ctx):
 @EVALUATORS("fa_exact")
 def fa_exact(claim, ctx):
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, impl="ours-fa2", mode="fwd")
+        sel = ctx.table(ATTENTION).select(gpu, mode="fwd", impl="ours-fa2")
+        rows = sel.rows
         if rows.empty:
             raise Untestable("no finished rows of our kernel")
         by_dtype = rows.groupby("dtype")["max_abs_err"].max()
@@ -383,7 +388,7 @@ def fa_exact(claim, ctx):
             f"{within_pct:.0f}% of the {len(fp16)} fp16 points are within 1e-3 of a float64 reference (first and "
             "last 64 query rows); every point, bf16 included, is within twice plain PyTorch's own error at the "
             "same precision, which is what rounding-level exactness means here",
-            f"{ctx.table(ATTENTION).paths[gpu]}: impl=ours-fa2, max_abs_err",
+            sel.evidence,
             gpu=gpu,
             unit="max abs error",
         )
@@ -433,8 +438,8 @@ def recompute_flops_a(claim, ctx):
 def _recompute_time_verdict(ctx: Context, gpu: str, claim: Claim, measure: str) -> Verdict:
     """The measured analogue of the recomputation share: our forward and backward times at the same shapes,
     with the recomputation of P taken as 1 of the backward's 5 matrix products (2 of its 10·N²d FLOPs)."""
-    rows = ctx.table(ATTENTION).ok(gpu, experiment="fa2-setting", impl="ours-fa2")
-    times = rows.pivot_table(index=["dtype", "head_dim", "causal", "seqlen_q"], columns="mode", values="ms_median")
+    sel = ctx.table(ATTENTION).select(gpu, experiment="fa2-setting", mode=["fwd", "bwd"], impl="ours-fa2")
+    times = sel.rows.pivot_table(index=["dtype", "head_dim", "causal", "seqlen_q"], columns="mode", values="ms_median")
     if not {"fwd", "bwd"} <= set(times.columns):
         raise Untestable("no shape with both forward and backward rows of our kernel")
     times = times.dropna(subset=["fwd", "bwd"])
@@ -460,7 +465,7 @@ def _recompute_time_verdict(ctx: Context, gpu: str, claim: Claim, measure: str) 
         f"FA-2 setting (FLOP model: {BACKWARD_FACTOR:g}×); taking the recomputation of P as its FLOP share of the "
         f"backward ({min(share):.2f}: one of its five matrix products, at the backward's own rate) gives this "
         "share — an estimate, the kernel does not time the recomputation separately",
-        f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, impl=ours-fa2, mode=fwd,bwd",
+        sel.evidence,
         gpu=gpu,
         unit="%",
     )
@@ -684,8 +689,8 @@ def online_softmax(claim, ctx):
     )
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).frames[gpu]
-        ours = rows[rows["impl"] == "ours-fa2"]
+        sel = ctx.table(ATTENTION).select(gpu, finished=False, impl="ours-fa2")
+        ours = sel.rows
         ok = ours[ours["status"] == "ok"]
         bad = ours[ours["status"] == "mismatch"]
         if ok.empty:
@@ -695,7 +700,7 @@ def online_softmax(claim, ctx):
             f"{len(ok)} of {len(ours)} points exact within tolerance (N up to {int(ok['seqlen_q'].max())})",
             "our kernel (online softmax with rescaling) against float64 at every measured point, within the "
             "tolerance policy; the missing-rescale half is the emulation row",
-            f"{ctx.table(ATTENTION).paths[gpu]}: impl=ours-fa2, status, max_abs_err",
+            sel.evidence,
             gpu=gpu,
         )
 
@@ -705,7 +710,10 @@ def online_softmax(claim, ctx):
 @EVALUATORS("fp16_tolerance")
 def fp16_tolerance(claim, ctx):
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, dtype="float16", mode="fwd")
+        sel = ctx.table(ATTENTION).select(
+            gpu, dtype="float16", mode="fwd", impl=["ours-fa2", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"]
+        )
+        rows = sel.rows
         ours = rows[rows["impl"] == "ours-fa2"]
         sdpa = rows[rows["impl"].isin(["sdpa-flash", "sdpa-cudnn", "sdpa-efficient"])]
         if ours.empty or sdpa.empty:
@@ -718,7 +726,7 @@ def fp16_tolerance(claim, ctx):
             f"|ours − SDPA| ≤ {three_digits(bound)}; smallest error {three_digits(floor)}",
             "difference bounded by the sum of both errors against float64 (triangle inequality); a 1e-5 tolerance "
             "would fail every point whose error exceeds it",
-            f"{ctx.table(ATTENTION).paths[gpu]}: dtype=float16, impl=ours-fa2 and sdpa-*, max_abs_err",
+            sel.evidence,
             gpu=gpu,
             unit="max abs difference",
         )
@@ -739,9 +747,10 @@ def causal_skip_50(claim, ctx):
     )
 
     def measured(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, impl="ours-fa2", experiment="fa2-setting", mode="fwd")
-        n = rows["seqlen_q"].max() if not rows.empty else None
-        pair = rows[rows["seqlen_q"] == n]
+        setting = ctx.table(ATTENTION).select(gpu, experiment="fa2-setting", mode="fwd", impl="ours-fa2")
+        n = setting.rows["seqlen_q"].max() if not setting.empty else None
+        sel = setting.narrow(seqlen_q=n)
+        pair = sel.rows
         full, causal = pair[~pair["causal"]], pair[pair["causal"]]
         merged = full.merge(causal, on=["dtype", "head_dim"], suffixes=("_f", "_c"))
         if merged.empty:
@@ -751,7 +760,7 @@ def causal_skip_50(claim, ctx):
             judge_range(saved, 50 * (1 - claim.tolerance), 50 * (1 + claim.tolerance)),
             f"{saved.min():.0f}–{saved.max():.0f}% of time saved",
             f"our kernel, causal vs non-causal time at N={n} ({len(merged)} dtype × head-dim pairs)",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fa2-setting, impl=ours-fa2, seqlen_q={n}",
+            sel.evidence,
             gpu=gpu,
             unit="%",
         )

@@ -4,27 +4,24 @@ SASS instruction counts, the same on every machine, so these verdicts carry ``gp
 
 from __future__ import annotations
 
-import pandas as pd
-
-from analysis.audit import ANALYTIC, Claim, Context, Evaluators, Untestable, Verdict
+from analysis.audit import ANALYTIC, Claim, Context, Evaluators, Selection, Untestable, Verdict
 from analysis.core.summaries import span
 
 COMPILED = "compiled"  # the table these claims read
 EVALUATORS = Evaluators()
 
 
-def _compiled(ctx: Context, experiment: str) -> pd.DataFrame:
+def _compiled(ctx: Context, experiment: str, **where) -> Selection:
     """The compiled-kernel rows of one experiment that compiled; untestable (with the reason) without any."""
-    table = ctx.table(COMPILED).frames.get(ANALYTIC)
-    if table is None:
+    if ANALYTIC not in ctx.table(COMPILED).frames:
         raise Untestable(
             "no compiled-kernel table: the compiled family (config section `compiled`) compiles the "
             "kernel variants on the CPU; it is switched off or has not run"
         )
-    rows = table[(table["experiment"] == experiment) & (table["status"] == "ok")]
-    if rows.empty:
+    sel = ctx.table(COMPILED).select(ANALYTIC, finished=False, experiment=experiment, status="ok", **where)
+    if sel.empty:
         raise Untestable(f"the compiled-kernel table holds no compiled {experiment!r} variant")
-    return rows
+    return sel
 
 
 def _producer_budget(setmaxnreg: str) -> int:
@@ -39,7 +36,8 @@ def tma_registers(claim: Claim, ctx: Context) -> list[Verdict]:
     between the largest budget at which the producer's load loop still spills and the smallest at which it
     does not (``setmaxnreg`` budgets; the consumers get the rest)."""
     lo, hi = claim.asserted["range"]
-    rows = _compiled(ctx, "producer-registers")
+    sel = _compiled(ctx, "producer-registers")
+    rows = sel.rows
     rows = rows.assign(budget=rows["setmaxnreg"].map(_producer_budget))
     need = {}
     for variant in ("fa3", "no-tma"):
@@ -65,7 +63,7 @@ def tma_registers(claim: Claim, ctx: Context) -> list[Verdict]:
             "FA-3's producer warpgroup compiled for sm_90 at the register budgets "
             f"{budgets} (setmaxnreg; the two consumers get the rest); the need lies between the largest budget at "
             "which the producer's load loop spills to local memory and the smallest at which it does not",
-            f"{ctx.table(COMPILED).paths[ANALYTIC]}: experiment=producer-registers",
+            sel.evidence,
             gpu=ANALYTIC,
             unit="registers",
         )
@@ -77,7 +75,8 @@ def wgmma_issue(claim: Claim, ctx: Context) -> list[Verdict]:
     """MMA instructions a warp issues per K/V tile of our FA-2 kernel, compiled for sm_80 (mma.sync) and for
     sm_90 (wgmma), same tile."""
     target, tol = claim.asserted["approx"], claim.tolerance
-    rows = _compiled(ctx, "mma-issue").set_index("target")
+    sel = _compiled(ctx, "mma-issue")
+    rows = sel.rows.set_index("target")
     if not {"sm_80", "sm_90"} <= set(rows.index):
         raise Untestable("the compiled-kernel table lacks the sm_80 or the sm_90 build of the FA-2 kernel")
     old, new = rows.loc["sm_80", "loop_mma"], rows.loc["sm_90", "loop_mma"]
@@ -93,7 +92,7 @@ def wgmma_issue(claim: Claim, ctx: Context) -> list[Verdict]:
             "the same Triton FA-2 source compiled for sm_80 and for sm_90, instructions counted in the SASS of the "
             "hot loop. Each warp's wgmma covers a 64-row warpgroup tile 16 deep, each mma.sync 16×8×16: fewer "
             "instructions than claimed, " + ("as claimed" if close else "so the direction holds, not the factor"),
-            f"{ctx.table(COMPILED).paths[ANALYTIC]}: experiment=mma-issue",
+            sel.evidence,
             gpu=ANALYTIC,
             unit="×",
         )
@@ -103,8 +102,8 @@ def wgmma_issue(claim: Claim, ctx: Context) -> list[Verdict]:
 @EVALUATORS("tma_issue_slots")
 def tma_issue_slots(claim: Claim, ctx: Context) -> list[Verdict]:
     """Per K/V tile, the instructions the producer's warps issue, TMA against per-thread cp.async."""
-    rows = _compiled(ctx, "fa3-schedules")
-    rows = rows[rows["variant"].isin(["fa3", "no-tma"])].set_index(["head_dim", "variant"])
+    sel = _compiled(ctx, "fa3-schedules", variant=["fa3", "no-tma"])
+    rows = sel.rows.set_index(["head_dim", "variant"])
     found = []
     for d in sorted({h for h, _ in rows.index}):
         if (d, "fa3") in rows.index and (d, "no-tma") in rows.index:
@@ -131,7 +130,7 @@ def tma_issue_slots(claim: Claim, ctx: Context) -> list[Verdict]:
             "the producer's load loop of FA-3 with TMA and with per-thread copies (same tiles, same ring), "
             "from the SASS; the claim's other half, that the copy engine computes the addresses, is what the "
             "register and instruction counts show",
-            f"{ctx.table(COMPILED).paths[ANALYTIC]}: experiment=fa3-schedules, variant=fa3,no-tma",
+            sel.evidence,
             gpu=ANALYTIC,
             unit="×",
         )

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
-
-from analysis.audit import Context, Evaluators, Untestable, Verdict
+from analysis.audit import Context, Evaluators, Selection, Untestable, Verdict
 from analysis.audit.verdicts import dense_peak, judge_approx, on_each_gpu, side_by_side, within
 from analysis.core import gpus
 from analysis.core.summaries import span
@@ -31,7 +29,8 @@ def fp8_2pf(claim, ctx):
     ]
 
     def one(gpu):
-        rows = ctx.table(ATTENTION).ok(gpu, experiment="fp8-speed")
+        sel = ctx.table(ATTENTION).select(gpu, experiment="fp8-speed")
+        rows = sel.rows
         ceil = rows.groupby("impl")["tflops"].median()
         if "fp8-mm" not in ceil or "bf16-mm" not in ceil:
             raise Untestable("no finished fp8-mm and bf16-mm ceiling rows (experiment fp8-speed)")
@@ -54,8 +53,7 @@ def fp8_2pf(claim, ctx):
             f"points); {100 * ceil['fp8-mm'] / peak:.0f}% of the {peak:g} TFLOP/s dense FP8 peak{att_text}. "
             "The theoretical doubling is the datasheet row; holds here needs the achieved GEMM ratio within "
             f"{100 * claim.tolerance:g}% of the datasheet's {ratio:g}×, partly is faster but short of it",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fp8-speed, impl=fp8-mm,bf16-mm,ours-fp8-block,"
-            f"ours-fp8-block-e2e,{bf16}",
+            sel.evidence,
             gpu=gpu,
             unit="×",
         )
@@ -63,12 +61,12 @@ def fp8_2pf(claim, ctx):
     return out + on_each_gpu(ctx.table(ATTENTION), one, "the FP8 speed experiment", optional=True)
 
 
-def _accuracy_rows(ctx: Context, gpu: str, **where) -> pd.DataFrame:
-    rows = ctx.table(ATTENTION).rows(gpu, experiment="fp8-accuracy", **where)
-    rows = rows[rows["status"] == "ok"]
-    if rows.empty:
+def _accuracy_rows(ctx: Context, gpu: str, **where) -> Selection:
+    """The FP8 accuracy experiment's rows that finished (they are not timed)."""
+    sel = ctx.table(ATTENTION).select(gpu, finished=False, experiment="fp8-accuracy", status="ok", **where)
+    if sel.empty:
         raise Untestable("no finished rows of the FP8 accuracy experiment")
-    return rows
+    return sel
 
 
 @EVALUATORS("fp8_accuracy")
@@ -88,12 +86,12 @@ def fp8_accuracy(claim, ctx):
     ]
 
     def one(gpu):
-        rows = _accuracy_rows(ctx, gpu)
-        n = rows["seqlen_q"].max()
+        every = _accuracy_rows(ctx, gpu)
+        n = every.rows["seqlen_q"].max()
         # FlashAttention-3's outlier inputs where measured (their sharp rows put the most of P near zero)
-        kind = "outliers" if (rows["inputs"] == "outliers").any() else "normal"
-        at = rows[(rows["seqlen_q"] == n) & (rows["inputs"] == kind)]
-        at = at.groupby("impl")[["rms_err", "p_underflow", "p_mass_lost"]].mean()
+        kind = "outliers" if (every.rows["inputs"] == "outliers").any() else "normal"
+        sel = every.narrow(seqlen_q=n, inputs=kind)
+        at = sel.rows.groupby("impl")[["rms_err", "p_underflow", "p_mass_lost"]].mean()
         if not {"ours-fp8-block", "ours-fp8-block-p1", "ours-fa2"} <= set(at.index):
             raise Untestable(f"ours-fp8-block, ours-fp8-block-p1 and ours-fa2 rows are all needed (inputs={kind})")
         scaled, unscaled, fa2 = at.loc["ours-fp8-block"], at.loc["ours-fp8-block-p1"], at.loc["ours-fa2"]
@@ -115,7 +113,7 @@ def fp8_accuracy(claim, ctx):
             f"its scale of 256. For scale: bf16/fp16 FA-2's RMS error {fa2['rms_err']:.1e}. Holds needs the "
             "underflow to occur, the scale to reduce it and the error to drop by more than 5%; partly: P "
             "underflows, but the flushed entries carry too little of the row sums to change the error",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fp8-accuracy, inputs={kind}",
+            sel.evidence,
             gpu=gpu,
         )
 
@@ -125,9 +123,10 @@ def fp8_accuracy(claim, ctx):
 @EVALUATORS("fp8_scales")
 def fp8_scales(claim, ctx):
     def one(gpu):
-        rows = _accuracy_rows(ctx, gpu)
-        n = rows["seqlen_q"].max()
-        at = rows[rows["seqlen_q"] == n].groupby(["inputs", "impl"])["rms_err"].mean()
+        every = _accuracy_rows(ctx, gpu, impl=["ours-fp8-none", "ours-fp8-tensor"])
+        sel = every.narrow(seqlen_q=every.rows["seqlen_q"].max())
+        n = sel.where["seqlen_q"]
+        at = sel.rows.groupby(["inputs", "impl"])["rms_err"].mean()
         ratios = {}
         for kind in ("normal", "outliers", "large", "small"):
             if (kind, "ours-fp8-none") in at and (kind, "ours-fp8-tensor") in at:
@@ -146,7 +145,7 @@ def fp8_scales(claim, ctx):
             "per tensor, on N(0,1), FlashAttention-3's outliers, V × 1000 (large) and Q, K, V × 1/1000 (small). "
             "Holds: scales matter on every distribution (≥ 2×); partly: only once values leave e4m3's range "
             "(large or small), while unit-scale inputs do as well without them; fails: scales never matter",
-            f"{ctx.table(ATTENTION).paths[gpu]}: experiment=fp8-accuracy, impl=ours-fp8-none,ours-fp8-tensor",
+            sel.evidence,
             gpu=gpu,
             unit="×",
         )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
+from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict, evidence
 from analysis.audit.verdicts import side_by_side
 from analysis.core.summaries import span
 from analysis.families._shared.operator_claims import OPS, measured_ops
+from analysis.families.moe.plan import STAGES
 from analysis.families.moe.tables import moe_stage_split
 
 EVALUATORS = Evaluators()
@@ -17,7 +18,8 @@ FAR = 3.0  # "far slower" judged as at least this many times slower
 @EVALUATORS("moe_dense_inside")
 def moe_dense_inside(claim: Claim, ctx: Context) -> list[Verdict]:
     def one(gpu):
-        split = moe_stage_split(ctx.table(OPS).ok(gpu, experiment="moe"))
+        sel = ctx.table(OPS).select(gpu, experiment="moe", impl="ours-moe", stage=list(STAGES))
+        split = moe_stage_split(sel.rows)
         if split.empty:
             raise Untestable("no MoE point with all four stages of our layer timed")
         share = split["movement_share"]
@@ -30,7 +32,7 @@ def moe_dense_inside(claim: Claim, ctx: Context) -> list[Verdict]:
             f"routing + dispatch + combine {span(100 * share, '.0f', '%')} of the layer's time",
             "our layer's stages timed one by one (the experts' work is the two grouped GEMMs, dense products on "
             f"contiguous per-expert rows); 'dominated' judged as more than half: {where}",
-            f"{ctx.table(OPS).paths[gpu]}: experiment=moe, impl=ours-moe, stage=routing,dispatch,gemm,combine",
+            sel.evidence,
             gpu=gpu,
             unit="% of time",
         )
@@ -41,11 +43,14 @@ def moe_dense_inside(claim: Claim, ctx: Context) -> list[Verdict]:
 @EVALUATORS("moe_grouped")
 def moe_grouped(claim: Claim, ctx: Context) -> list[Verdict]:
     def one(gpu):
-        ok = ctx.table(OPS).ok(gpu, experiment="moe", op="moe-layer", stage="total")
+        sel = ctx.table(OPS).select(
+            gpu, experiment="moe", op="moe-layer", stage="total", impl=["gather-moe", "ours-moe", "loop-moe"]
+        )
+        ok = sel.rows
         keys = ["model", "dtype", "routing", "tokens"]
         pair = side_by_side(ok, keys, "gather-moe", "ours-moe")
-        df = ctx.table(OPS).frames[gpu]
-        refused = df[(df["impl"] == "gather-moe") & (df["experiment"] == "moe") & (df["status"] != "ok")]
+        gathers = ctx.table(OPS).select(gpu, finished=False, experiment="moe", impl="gather-moe")
+        refused = gathers.rows[gathers.rows["status"] != "ok"]
         if pair.empty:
             raise Untestable(
                 f"per-token gathering and our grouped layer finished at no common point ({len(refused)} gather "
@@ -68,7 +73,7 @@ def moe_grouped(claim: Claim, ctx: Context) -> list[Verdict]:
             f"per-token gathering {span(speed, '.1f')} slower than sorted dispatch + grouped GEMM",
             f"whole SwiGLU layer, {len(pair)} points; 'far slower' judged as ≥ {FAR:g}× at every point; "
             + "; ".join(extra),
-            f"{ctx.table(OPS).paths[gpu]}: experiment=moe, op=moe-layer, impl=gather-moe,ours-moe,loop-moe",
+            evidence(sel, gathers),
             gpu=gpu,
             unit="×",
         )

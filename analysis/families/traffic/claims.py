@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from analysis.audit import Evaluators, Results, Untestable, Verdict
+from analysis.audit import Evaluators, Results, Selection, Untestable, Verdict
 from analysis.audit.verdicts import loglog_slope, per_gpu
 from analysis.core import models
 
@@ -17,20 +17,21 @@ MB = 1e6
 EVALUATORS = Evaluators()
 
 
-def traffic_points(results: Results, gpu: str, impl: str, head_dim: int) -> pd.DataFrame:
-    """Measured DRAM bytes (read + written, all kernels) per point of the N × d traffic grid.
+def traffic_points(results: Results, gpu: str, impl: str, head_dim: int) -> tuple[pd.DataFrame, Selection]:
+    """Measured DRAM bytes (read + written, all kernels) per point of the N × d traffic grid, and the rows they
+    come from.
 
     Only points whose every kernel finished, and whose N×N tensors do not fit in L2 (where DRAM writes are
     under-counted), are kept.
     """
-    df = results.frames[gpu]
-    df = df[(df["experiment"] == "traffic-scaling") & (df["impl"] == impl) & (df["head_dim"] == head_dim)]
+    sel = results.select(gpu, finished=False, experiment="traffic-scaling", impl=impl, head_dim=head_dim)
+    df = sel.rows
     keys = ["seqlen", "batch", "heads"]
     finished = df.groupby(keys)["status"].apply(lambda s: (s == "ok").all())
     resident = df["l2_resident"].astype("boolean").fillna(False).astype(bool).groupby([df[k] for k in keys]).any()
     total = df.groupby(keys)[["dram_read_bytes", "dram_write_bytes"]].sum().sum(axis=1).rename("bytes")
     points = pd.concat([total, finished.rename("finished"), resident.rename("resident")], axis=1).reset_index()
-    return points[points["finished"] & ~points["resident"]].sort_values("seqlen")
+    return points[points["finished"] & ~points["resident"]].sort_values("seqlen"), sel
 
 
 @EVALUATORS("std_bytes_formula")
@@ -60,7 +61,7 @@ def std_bytes_formula(claim, ctx):
     )
 
     def measured(gpu):
-        pts = traffic_points(ctx.table(TRAFFIC), gpu, "naive", 128)
+        pts, sel = traffic_points(ctx.table(TRAFFIC), gpu, "naive", 128)
         if pts.empty:
             raise Untestable("no finished naive traffic points larger than the L2 cache")
         bh = pts["batch"] * pts["heads"]
@@ -72,7 +73,7 @@ def std_bytes_formula(claim, ctx):
             f"{coeff.min():.2f}–{coeff.max():.2f} bytes per N²",
             f"DRAM bytes of naive attention's kernels (Nsight Compute, d=128, {len(pts)} sizes beyond the L2 "
             f"cache), minus 8Nd, over N²: nearer {nearest}N² than {14 - nearest}N²",
-            f"{ctx.table(TRAFFIC).paths[gpu]}: experiment=traffic-scaling, impl=naive, head_dim=128",
+            sel.evidence,
             gpu=gpu,
             unit="bytes",
         )
@@ -98,7 +99,7 @@ def fa_hbm_on(claim, ctx):
     )
 
     def measured(gpu):
-        pts = traffic_points(ctx.table(TRAFFIC), gpu, "ours-fa2", 128)
+        pts, sel = traffic_points(ctx.table(TRAFFIC), gpu, "ours-fa2", 128)
         if len(pts) < 2:
             raise Untestable("fewer than two finished traffic points of our kernel")
         slope = loglog_slope(pts["seqlen"], pts["bytes"])
@@ -107,7 +108,7 @@ def fa_hbm_on(claim, ctx):
             f"N^{slope:.2f} (measured, our FA-2)",
             f"DRAM bytes of our FA-2 forward against N (Nsight Compute, d=128, N={int(pts['seqlen'].min())}…"
             f"{int(pts['seqlen'].max())}): K/V re-reads are served by the L2 cache, so HBM sees about the 4Nd minimum",
-            f"{ctx.table(TRAFFIC).paths[gpu]}: experiment=traffic-scaling, impl=ours-fa2, head_dim=128",
+            sel.evidence,
             gpu=gpu,
             unit="bytes",
         )

@@ -23,7 +23,7 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
         )
     ]
     results = Results({"gpu": df}, {"gpu": ""})
-    naive = traffic_points(results, "gpu", "naive", 128)
+    naive, _ = traffic_points(results, "gpu", "naive", 128)
     if len(naive):
         n = naive["seqlen"]
         coeff = (naive["bytes"] / (naive["batch"] * naive["heads"]) - models.minimum_attention_bytes(n, 128)) / (n * n)
@@ -33,7 +33,7 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
                 span(coeff, ".2f", ""),
             )
         )
-    ours = traffic_points(results, "gpu", "ours-fa2", 128)
+    ours, _ = traffic_points(results, "gpu", "ours-fa2", 128)
     if len(ours) >= 2:
         out.append(
             Line(

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict
+from analysis.audit import Claim, Context, Evaluators, Untestable, Verdict, evidence
 from analysis.audit.verdicts import side_by_side, within
 from analysis.core.summaries import span
+from analysis.core.tables import at_most
 from analysis.families._shared.operator_claims import OPS, measured_ops
 from analysis.families.w4a16.tables import with_copy_gbps
 
@@ -20,9 +21,10 @@ def w4_bandwidth(claim: Claim, ctx: Context) -> list[Verdict]:
     target, tol = claim.asserted["approx"], claim.tolerance
 
     def one(gpu):
-        rows = ctx.table(OPS).ok(gpu, experiment="w4a16", op="linear")
+        sel = ctx.table(OPS).select(gpu, experiment="w4a16", op="linear", m=1, impl=["torch-linear", "ours-w4a16"])
+        copies = ctx.table(OPS).select(gpu, experiment="w4a16", op="linear", impl="copy-weight")
         pair = side_by_side(
-            rows[rows["m"] == 1],
+            sel.rows,
             ["model", "dtype", "group_size"],
             "torch-linear",
             "ours-w4a16",
@@ -35,7 +37,7 @@ def w4_bandwidth(claim: Claim, ctx: Context) -> list[Verdict]:
         bytes_ok = bool(within(float(ratio.median()), target, tol))
         fast = speed >= (1 - tol) * target
         verdict = "holds" if bytes_ok and fast.all() else "partly" if bytes_ok and (speed > 1).any() else "fails"
-        share = (pair["gbps_b"] / with_copy_gbps(pair, rows)).dropna()
+        share = (pair["gbps_b"] / with_copy_gbps(pair, copies.rows)).dropna()
         extra = f"; {100 * share.min():.0f}–{100 * share.max():.0f}% of the copy bandwidth" if len(share) else ""
         return Verdict(
             verdict,
@@ -43,7 +45,7 @@ def w4_bandwidth(claim: Claim, ctx: Context) -> list[Verdict]:
             f"int4 codes plus group scales and zero points against the 16-bit weight ({len(pair)} layer shapes, "
             f"group size {', '.join(map(str, sorted(pair['group_size'].astype(int).unique())))}); the bandwidth "
             f"saving judged as the decode (M=1) latency ratio, holds when ≥ {(1 - tol) * target:g}×{extra}",
-            f"{ctx.table(OPS).paths[gpu]}: experiment=w4a16, m=1, impl=torch-linear,ours-w4a16,copy-weight",
+            evidence(sel, copies),
             gpu=gpu,
             unit="×",
         )
@@ -54,8 +56,14 @@ def w4_bandwidth(claim: Claim, ctx: Context) -> list[Verdict]:
 @EVALUATORS("w4_fusion")
 def w4_fusion(claim: Claim, ctx: Context) -> list[Verdict]:
     def one(gpu):
-        rows = ctx.table(OPS).ok(gpu, experiment="w4a16", op="linear")
-        rows = rows[rows["m"] <= SMALL_M]
+        sel = ctx.table(OPS).select(
+            gpu,
+            experiment="w4a16",
+            op="linear",
+            m=at_most(SMALL_M),
+            impl=["torch-linear", "dequant-linear", "ours-w4a16"],
+        )
+        rows = sel.rows
         keys = ["model", "dtype", "group_size", "m"]
         unfused = side_by_side(rows, keys, "torch-linear", "dequant-linear")
         fused = side_by_side(rows, keys, "torch-linear", "ours-w4a16")
@@ -71,7 +79,7 @@ def w4_fusion(claim: Claim, ctx: Context) -> list[Verdict]:
             "reading it back costs at least the bf16 layer's time (the saving lost) at "
             f"{int((lost >= 1).sum())}/{len(lost)} points; the fused kernel is faster than bf16 at "
             f"{int((kept > 1).sum())}/{len(kept)}",
-            f"{ctx.table(OPS).paths[gpu]}: experiment=w4a16, m≤{SMALL_M}, impl=torch-linear,dequant-linear,ours-w4a16",
+            sel.evidence,
             gpu=gpu,
             unit="×",
         )
