@@ -72,9 +72,15 @@ def normalise(text: str, run: Path, moved: dict[str, str]) -> str:
 IGNORED = "⟨ignored⟩"  # what an ignored column's value reads as in the report's tables
 
 
+def _without(text: str, ignored: set[str]) -> str:
+    """``text`` with every one of ``ignored`` in it (the longest first) written ``IGNORED``."""
+    for value in sorted(ignored, key=len, reverse=True):
+        text = text.replace(value, IGNORED)
+    return text
+
+
 def report_tables(path: Path, moved: dict[str, str], ignored: set[str] = frozenset()) -> collections.Counter:
-    """Every table of the report, as its cells' text (cells whose whole text is one of ``ignored`` read as
-    ``IGNORED``)."""
+    """Every table of the report, as its cells' text (with ``ignored`` values in it written ``IGNORED``)."""
     text = normalise(path.read_text(encoding="utf-8"), path.parent, moved)
     out = collections.Counter()
     for table in re.findall(r"<table.*?</table>", text, re.S):
@@ -82,7 +88,8 @@ def report_tables(path: Path, moved: dict[str, str], ignored: set[str] = frozens
             html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
             for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", table, re.S)
         ]
-        cells = [IGNORED if " ".join(c.split()) in ignored else c for c in cells]
+        if ignored:
+            cells = [_without(" ".join(c.split()), ignored) for c in cells]
         out[" | ".join(cells)] += 1
     return out
 
