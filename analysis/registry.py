@@ -14,7 +14,8 @@ import functools
 from pathlib import Path
 
 from analysis.audit import arithmetic
-from analysis.audit.claims import Claims, load_claims
+from analysis.audit import targets as target_evaluators
+from analysis.audit.claims import Claims, load_claims, load_targets
 from analysis.core.family import Family
 from analysis.core.tables import Table, compose
 from analysis.families import attention, compiled, fp8, moe, traffic, w4a16
@@ -57,14 +58,16 @@ def of_experiment(experiment: str) -> Family:
 
 
 def evaluators() -> dict:
-    """Every claim evaluator, by name: the GPU arithmetic's (``analysis.audit.arithmetic``), then each
-    family's (a name defined twice is an error)."""
-    out: dict = dict(arithmetic.EVALUATORS)
+    """Every claim evaluator, by name: the audit's own (the GPU arithmetic's, ``analysis.audit.arithmetic``, and
+    the targets' ratio, ``analysis.audit.targets``), then each family's (a name defined twice is an error)."""
+    audits = {**arithmetic.EVALUATORS, **target_evaluators.EVALUATORS}
+    out: dict = dict(audits)
     for f in FAMILIES.values():
         for name, fn in f.evaluators().items():
             if name in out:
-                where = "the GPU arithmetic" if name in arithmetic.EVALUATORS else "two families"
-                raise ValueError(f"evaluator {name!r} is defined by {where}")
+                raise ValueError(
+                    f"evaluator {name!r} is defined by {'the audit' if name in audits else 'two families'}"
+                )
             out[name] = fn
     return out
 
@@ -72,6 +75,24 @@ def evaluators() -> dict:
 def claim_documents() -> list[tuple[Path, dict]]:
     """The families' own claims (file, its claims document), beside the articles' registry."""
     return [d for d in (f.claims_document() for f in FAMILIES.values()) if d is not None]
+
+
+@functools.cache
+def targets() -> dict[str, Claims]:
+    """Each family's performance targets (the ``targets`` of its claims document), by family, in registry order:
+    judged by the audit's engine on a result set, they are the lines of its summary that have a target
+    (``analysis.summary``)."""
+    out = {}
+    for fam in FAMILIES.values():
+        doc = fam.claims_document()
+        if doc is not None and doc[1].get("targets"):
+            out[fam.name] = load_targets(evaluators(), [doc])
+    ids = [t.id for ts in out.values() for t in ts]
+    taken = set(claims().by_id()) | {c.whole.id for c in claims() if c.whole}
+    clash = sorted({i for i in ids if ids.count(i) > 1} | (set(ids) & taken))
+    if clash:
+        raise ValueError(f"target ids used twice or by a claim: {clash}")
+    return out
 
 
 @functools.cache

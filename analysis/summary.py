@@ -1,11 +1,13 @@
 """A result set's measured summary, generated from its tables: the numbers the documentation quotes.
 
-Every family with a ``summary.py`` picks its lines from a GPU's tables (``analysis.core.summaries.Line``:
-what, the value measured, the target, whether it is met); ``markdown`` writes them as ``summary.md`` of the
-result set (``reports/reference/<gpu>/summary.md`` for a shipped set, ``results/<gpu>/summary.md`` for one
-measured now; rule ``summary``), and ``readme_block`` the README's table of the lines that have a target,
-between the markers ``<!-- measured: <folder> -->`` and ``<!-- /measured -->`` (rule ``readme``). A test
-keeps both equal to what the tables give, so no measured number is typed into the prose.
+Each family's performance targets (``targets`` of its ``claims.yaml``) are judged by the audit's engine on a
+GPU's tables, each a line with what was measured, the value, the target and whether it is met (the verdict:
+holds → yes, partly, fails → no; "borderline" where the timings' p20–p80 band reaches another verdict); a
+family with a ``summary.py`` adds lines without a target (``analysis.core.summaries.Line``). ``markdown``
+writes them as ``summary.md`` of the result set (``reports/reference/<gpu>/summary.md`` for a shipped set,
+``results/<gpu>/summary.md`` for one measured now; rule ``summary``), and ``readme_block`` the README's table of
+the lines that have a target, between the markers ``<!-- measured: <folder> -->`` and ``<!-- /measured -->``
+(rule ``readme``). A test keeps both equal to what the tables give, so no measured number is typed into the prose.
 
 ``summary.md`` is derived from the set's tables, so it is not one of the published files its
 ``MANIFEST.json`` lists (``analysis.core.shipped``): it is regenerated, never published or hashed.
@@ -23,13 +25,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import registry
+from analysis import audit, registry
+from analysis.audit import Context, Results
 from analysis.core import outputs, validate
 from analysis.core.family import Family
 from analysis.core.paths import ROOT
 from analysis.core.summaries import Line
 
 _BLOCK = re.compile(r"(<!-- measured: (?P<folder>\S+) -->\n)(?P<body>.*?)(<!-- /measured -->)", re.S)
+
+
+def _paths(folder: Path) -> dict[str, str]:
+    """Each table's file, as the targets' evidence names it (relative to the repository where it is inside)."""
+    return {name: _shown(folder / f"{name}.csv") for name in registry.tables()}
 
 
 def read_tables(folder: str | Path) -> dict[str, pd.DataFrame]:
@@ -42,13 +50,38 @@ def read_tables(folder: str | Path) -> dict[str, pd.DataFrame]:
     }
 
 
-def lines(tables: dict[str, pd.DataFrame]) -> list[tuple[Family, Line]]:
-    """(family, line) of every family that summarises its tables, in registry order."""
+MET = {"holds": "yes", "partly": "partly", "fails": "no"}  # a target's verdict as the summary's "met?"
+
+
+def targets(tables: dict[str, pd.DataFrame], gpu: str = "gpu", paths: dict[str, str] | None = None) -> pd.DataFrame:
+    """Every family's performance targets (``analysis.registry.targets``) judged by the audit's engine on
+    ``tables`` (one GPU type's, ``gpu``), with their borderline bands: the audit's verdict rows, and
+    ``family``."""
+    ctx = Context(
+        {name: Results({gpu: df}, {gpu: (paths or {}).get(name, f"{name}.csv")}) for name, df in tables.items()}
+    )
+    judged = [
+        audit.audit(list(claims), ctx, registry.evaluators()).assign(family=family)
+        for family, claims in registry.targets().items()
+    ]
+    return pd.concat(judged, ignore_index=True) if judged else pd.DataFrame(columns=[*audit.COLUMNS, "family"])
+
+
+def lines(
+    tables: dict[str, pd.DataFrame], gpu: str = "gpu", paths: dict[str, str] | None = None
+) -> list[tuple[Family, Line]]:
+    """(family, line) of every family, in registry order: its targets that could be judged (the verdict as
+    "met?", with "borderline" where the timings' band reaches another verdict), then its ``summary.py`` lines."""
+    judged = targets(tables, gpu, paths)
     out = []
     for fam in registry.FAMILIES.values():
+        own = registry.targets()[fam.name].by_id() if fam.name in registry.targets() else {}
+        for r in judged[(judged["family"] == fam.name) & (judged["verdict"] != "untestable")].itertuples():
+            met = MET.get(r.verdict, r.verdict) + (" (borderline)" if r.borderline else "")
+            out.append((fam, Line(r.statement, r.observed, own[r.claim_id].wording, met)))
         module = fam.module("summary")
         if module is not None:
-            out += [(fam, line) for line in module.lines(tables)]
+            out += [(fam, line) for line in module.lines(tables, own)]
     return out
 
 
@@ -89,7 +122,7 @@ def _shown(folder: Path) -> str:
 def markdown(folder: str | Path) -> str:
     """``summary.md`` of the result set in ``folder``."""
     folder = Path(folder)
-    found = lines(read_tables(folder))
+    found = lines(read_tables(folder), folder.name, _paths(folder))
     out = [
         f"# Measured on {folder.name}",
         "",
@@ -107,7 +140,8 @@ def markdown(folder: str | Path) -> str:
 
 def readme_block(folder: str | Path) -> str:
     """The README's table of a result set: its lines that have a target."""
-    rows = [(f, line) for f, line in lines(read_tables(folder)) if line.target]
+    folder = Path(folder)
+    rows = [(f, line) for f, line in lines(read_tables(folder), folder.name, _paths(folder)) if line.target]
     return "\n".join(_table(rows, family=True)) + "\n"
 
 

@@ -115,13 +115,42 @@ def load_claims(
     claims: list[Claim] = []
     seen: set[str] = set()
     for file, data in datas:
-        for entry in data["claims"]:
+        for entry in data.get("claims") or []:
             whole = _claim(file, data["sources"], entry, known, topics)
             if whole.id in seen:
                 raise ValueError(f"{file}: duplicate claim id {whole.id!r}")
             seen.add(whole.id)
             claims.extend(_parts(file, whole, entry) or [whole])
     return Claims(tuple(claims), topics)
+
+
+def load_targets(evaluators: Collection[str], documents: Iterable[tuple[Path, dict]]) -> Claims:
+    """The performance targets of ``documents`` (a family's claims document: its file and what was read from
+    it), as claims its evaluator judges: kind measured, no article, no quote. Unknown evaluators and duplicate
+    ids are errors naming the file."""
+    out: list[Claim] = []
+    seen: set[str] = set()
+    for file, data in (_validated(*d) for d in documents):
+        for t in data.get("targets") or []:
+            if t["evaluator"] not in evaluators:
+                raise ValueError(f"{file}: target {t['id']!r} names unknown evaluator {t['evaluator']!r}")
+            if t["id"] in seen:
+                raise ValueError(f"{file}: duplicate target id {t['id']!r}")
+            seen.add(t["id"])
+            out.append(
+                Claim(
+                    id=t["id"],
+                    source=f"target ({file.name})",
+                    statement=t["statement"],
+                    asserted=t["asserted"],
+                    wording=t["wording"],
+                    tolerance=float(t.get("tolerance", 0.0)),
+                    conditions=t.get("conditions") or {},
+                    kind=("measured",),
+                    evaluator=t["evaluator"],
+                )
+            )
+    return Claims(tuple(out), {})
 
 
 @functools.cache

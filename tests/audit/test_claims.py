@@ -194,5 +194,5 @@ def test_the_gpu_arithmetic_is_judged_by_the_audit_and_no_family(claims, monkeyp
     assert {c.evaluator for c in claims.values()} >= names
     attention = registry.family("attention")
     monkeypatch.setattr(type(attention), "evaluators", lambda self: {"a100_bw": None} if self is attention else {})
-    with pytest.raises(ValueError, match="'a100_bw' is defined by the GPU arithmetic"):
+    with pytest.raises(ValueError, match="'a100_bw' is defined by the audit"):
         registry.evaluators()

@@ -9,6 +9,7 @@ from analysis.audit import Context, Evaluators, Selection, Untestable, Verdict
 from analysis.audit.verdicts import dense_peak, judge_approx, on_each_gpu, side_by_side, within
 from analysis.core import gpus
 from analysis.core.summaries import span
+from analysis.core.tables import at_least
 
 ATTENTION = "attention"  # the table these claims read (the FP8 rows are in the attention table)
 EVALUATORS = Evaluators()
@@ -151,3 +152,38 @@ def fp8_scales(claim, ctx):
         )
 
     return on_each_gpu(ctx.table(ATTENTION), one, "the FP8 accuracy experiment")
+
+
+@EVALUATORS("fp8_kernel_target")
+def fp8_kernel_target(claim, ctx):
+    """The FP8 FA-3 kernel on quantised inputs, at every long unmasked point: its TFLOP/s and its ratio to our bf16
+    FA-3 at the same point, both against their targets (a point meets the target when it meets both)."""
+    c = claim.conditions
+
+    def one(gpu):
+        sel = ctx.table(ATTENTION).select(
+            gpu,
+            experiment="fp8-speed",
+            head_dim=c["head_dim"],
+            causal=False,
+            seqlen_q=at_least(c["seqlen_from"]),
+            impl=[c["ours"], c["bf16"]],
+        )
+        tf = sel.rows.pivot_table(index=["causal", "seqlen_q"], columns="impl", values="tflops")
+        if not {c["ours"], c["bf16"]} <= set(tf.columns):
+            raise Untestable(f"{c['ours']} and {c['bf16']} finished at no common point ({sel.evidence})")
+        at = tf[[c["ours"], c["bf16"]]].dropna()
+        rate, ratio = at[c["ours"]], at[c["ours"]] / at[c["bf16"]]
+        if ratio.empty:
+            raise Untestable(f"{c['ours']} and {c['bf16']} finished at no common point ({sel.evidence})")
+        meets = (rate >= c["tflops"]) & (ratio >= c["ratio"])
+        return Verdict(
+            "holds" if meets.all() else "partly" if meets.any() else "fails",
+            f"{span(rate, '.0f', '')} TFLOP/s; {span(ratio)}",
+            f"{int(meets.sum())} of {len(meets)} points reach both {c['tflops']:g} TFLOP/s and {c['ratio']:g}× "
+            f"{c['bf16']}",
+            sel.evidence,
+            gpu=gpu,
+        )
+
+    return on_each_gpu(ctx.table(ATTENTION), one, claim.statement)

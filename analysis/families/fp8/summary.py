@@ -1,25 +1,24 @@
-"""The FP8 family's lines of a GPU's measured summary: the FP8 forward's speed against the 16-bit kernels and
-this run's GEMM ceilings, and its accuracy on FlashAttention-3's outlier inputs (from the attention table)."""
+"""The FP8 family's lines of a GPU's measured summary that have no target: the FP8 forward's speed against the
+16-bit kernels and this run's GEMM ceilings, where the end-to-end call's time goes, and its accuracy on
+FlashAttention-3's outlier inputs (from the attention table; the lines with a target are the family's targets,
+``claims.yaml``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from analysis.core.summaries import Line, met, span
+from analysis.audit import Claim
+from analysis.core.summaries import Line, span
 from analysis.core.tables import finished
 from analysis.families._shared.fa3_ablation import ABLATED
 
 LONG = 4096
 OUTLIER_N = 8192
-# the FP8-on-FA-3 targets: the kernel on quantised inputs at N >= KERNEL_N without a mask, against our bf16
-# FA-3; end to end (the quantiser timed) at N >= LONG against our fastest bf16 kernel at the same point
-KERNEL_N, KERNEL_TFLOPS, KERNEL_RATIO, E2E_RATIO = 8192, 900, 1.5, 1.3
-OURS_BF16 = ("ours-fa3", "ours-fa2")
-# the fused quantiser's target: within this factor of its byte floor (its bytes at the copy bandwidth)
-QUANTIZER_FLOOR = 2.0
+OURS_BF16 = ("ours-fa3", "ours-fa2")  # our bf16 kernels, the fastest of which the end-to-end target is against
 
 
-def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
+def lines(tables: dict[str, pd.DataFrame], targets: dict[str, Claim]) -> list[Line]:
+    """The lines without a target (those with one are the family's ``targets``, by id: ``claims.yaml``)."""
     df = tables.get("attention")
     out: list[Line] = []
     speed = finished(df, experiment="fp8-speed")
@@ -45,8 +44,9 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
                     f"SDPA cuDNN in bf16 on the same points (N ≥ {LONG}, no mask)", f"{span(cudnn, '.0f', '')} TFLOP/s"
                 )
             )
-        out += _fa3_targets(speed)
-        out += _quantizer_floor(speed)
+        ours = [i for i in OURS_BF16 if i in set(speed["impl"])]
+        if ours:
+            out += _e2e_time(speed, ours, targets["fp8-end-to-end"].asserted["at_least"])
         ceil = speed.groupby("impl")["tflops"]
         if {"fp8-mm", "bf16-mm"} <= set(speed["impl"]):
             fp8, bf16 = ceil.get_group("fp8-mm"), ceil.get_group("bf16-mm")
@@ -92,45 +92,7 @@ def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
     return out
 
 
-def _fa3_targets(speed: pd.DataFrame) -> list[Line]:
-    """The FP8 FA-3 kernel (per block) against its targets: on quantised inputs, and end to end."""
-    out: list[Line] = []
-    tf = speed[speed["head_dim"] == 128].pivot_table(index=["causal", "seqlen_q"], columns="impl", values="tflops")
-    causal = tf.index.get_level_values("causal")
-    n = tf.index.get_level_values("seqlen_q")
-    if {"ours-fp8-block", "ours-fa3"} <= set(tf.columns):
-        at = tf[~causal & (n >= KERNEL_N)][["ours-fp8-block", "ours-fa3"]].dropna()
-        rate, ratio = at["ours-fp8-block"], at["ours-fp8-block"] / at["ours-fa3"]
-        if len(ratio):
-            flags = (rate >= KERNEL_TFLOPS) & (ratio >= KERNEL_RATIO)
-            out.append(
-                Line(
-                    f"FP8 FA-3 kernel per block, inputs quantised (d = 128, N ≥ {KERNEL_N}, no mask): "
-                    "TFLOP/s; against our bf16 FA-3",
-                    f"{span(rate, '.0f', '')} TFLOP/s; {span(ratio)}",
-                    f"≥ {KERNEL_TFLOPS} TFLOP/s and ≥ {KERNEL_RATIO}×",
-                    met(flags),
-                )
-            )
-    ours = [i for i in OURS_BF16 if i in tf.columns]
-    if "ours-fp8-block-e2e" in tf.columns and ours:
-        at = tf[n >= LONG]
-        ratio = (at["ours-fp8-block-e2e"] / at[ours].max(axis=1)).dropna()
-        if len(ratio):
-            out.append(
-                Line(
-                    f"FP8 end to end on bf16 inputs (quantiser timed, per block; d = 128, N ≥ {LONG}, both "
-                    "masks) against our fastest bf16 kernel",
-                    span(ratio),
-                    f"≥ {E2E_RATIO}×",
-                    met(ratio >= E2E_RATIO),
-                )
-            )
-        out += _e2e_time(speed, ours)
-    return out
-
-
-def _e2e_time(speed: pd.DataFrame, ours: list[str]) -> list[Line]:
+def _e2e_time(speed: pd.DataFrame, ours: list[str], target: float) -> list[Line]:
     """Where the end-to-end call's time goes, from the rows: the quantiser (the -e2e row less the kernel's,
     same point), and the kernel alone against the time the end-to-end target leaves it."""
     long = speed[(speed["head_dim"] == 128) & (speed["seqlen_q"] >= LONG)]
@@ -139,44 +101,15 @@ def _e2e_time(speed: pd.DataFrame, ours: list[str]) -> list[Line]:
         return []
     e2e, kernel = ms["ours-fp8-block-e2e"], ms["ours-fp8-block"]
     quant = (e2e - kernel).dropna()
-    allowed = ms[ours].min(axis=1) / E2E_RATIO  # the end-to-end time that meets the target
+    allowed = ms[ours].min(axis=1) / target  # the end-to-end time that meets the target
     return [
         Line(
             f"FP8 end to end, where the time goes (per block; d = 128, N ≥ {LONG}, both masks): the quantiser "
             "(the -e2e row less the kernel's) and its share of the call; the kernel alone against the time "
-            f"the {E2E_RATIO}× target allows the whole call",
+            f"the {target:g}× target allows the whole call",
             f"{span(quant * 1000, '.0f', ' µs')}, {span(100 * quant / e2e, '.0f', '%')}; {span(kernel / allowed)}",
         )
     ]
-
-
-def _quantizer_floor(speed: pd.DataFrame) -> list[Line]:
-    """The fused quantiser (``fp8-quantize-<granularity>``) against its byte floor: its bytes (the inputs
-    read once, the outputs written once) at the copy bandwidth of the same point (``copy-qkv``), so the
-    ratio is the copy's GB/s over the quantiser's. (The quantiser ignores the mask: each mask's shard
-    measures it once a point, and both are in the span.)"""
-    at = speed[speed["seqlen_q"] >= LONG]
-    gbps = at.pivot_table(index=["head_dim", "causal", "seqlen_q"], columns="impl", values="gbps")
-    if "copy-qkv" not in gbps:
-        return []
-    out = []
-    for granularity in ("block", "tensor"):
-        impl = f"fp8-quantize-{granularity}"
-        if impl not in gbps:
-            continue
-        ratio = (gbps["copy-qkv"] / gbps[impl]).dropna()
-        if len(ratio):
-            out.append(
-                Line(
-                    f"FP8's fused quantiser alone (Q, K, V per {granularity}, N ≥ {LONG}): its time against "
-                    "its byte floor, the bytes it must read and write at this run's copy bandwidth "
-                    "(copy-qkv, same point)",
-                    span(ratio),
-                    f"≤ {QUANTIZER_FLOOR:g}×",
-                    met(ratio <= QUANTIZER_FLOOR),
-                )
-            )
-    return out
 
 
 def _ablation(abl: pd.DataFrame) -> list[Line]:

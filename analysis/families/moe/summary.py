@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis.audit import Claim
 from analysis.core.summaries import Line
 from analysis.core.tables import finished
 
@@ -16,7 +17,7 @@ def _speedup(rows: pd.DataFrame, ours: str, other: str) -> pd.DataFrame:
     return (wide[other] / wide[ours]).dropna().rename("speedup").reset_index()
 
 
-def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
+def lines(tables: dict[str, pd.DataFrame], targets: dict[str, Claim]) -> list[Line]:
     ops = tables.get("ops")
     gemm = finished(ops, experiment="moe", op="grouped-gemm", routing="uniform")
     layer = finished(ops, experiment="moe", op="moe-layer", stage="total", routing="uniform")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.audit import Results
+from analysis.audit import Claim, Results
 from analysis.audit.verdicts import loglog_slope
 from analysis.core import models
 from analysis.core.summaries import Line, span
 from analysis.families.traffic.claims import traffic_points
 
 
-def lines(tables: dict[str, pd.DataFrame]) -> list[Line]:
+def lines(tables: dict[str, pd.DataFrame], targets: dict[str, Claim]) -> list[Line]:
     df = tables.get("traffic")
     if df is None or df.empty:
         return []

@@ -8,6 +8,7 @@ from analysis.audit.verdicts import side_by_side, within
 from analysis.core.summaries import span
 from analysis.core.tables import at_most
 from analysis.families._shared.operator_claims import OPS, measured_ops
+from analysis.families.w4a16 import targets
 from analysis.families.w4a16.tables import with_copy_gbps
 
 EVALUATORS = Evaluators()
@@ -85,3 +86,6 @@ def w4_fusion(claim: Claim, ctx: Context) -> list[Verdict]:
         )
 
     return measured_ops(ctx, one, "the W4A16 experiment")
+
+
+EVALUATORS.update(targets.EVALUATORS)  # the family's performance targets (claims.yaml)
