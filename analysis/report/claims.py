@@ -4,7 +4,7 @@ article's own words, the article's title and section, and the verdict rows of th
 Input: the audit's verdict table (``analysis.audit.COLUMNS``) and the claims it judged (``analysis.audit.Claims``,
 ``analysis.registry.claims``: the same objects, with the topic, headline, quotes and English section each
 claim file gives). Output: plain dicts for the report template, with every value a string (the template
-escapes them).
+escapes them) but a quote's ``math``: its text and MathML parts (``analysis.report.quote_math.parts``), or None.
 
 The first screen (``headlines``) shows the claims marked ``headline: true``, one line per verdict row, with a
 thumbnail of the figure behind it; the claims table (``claim_rows``) shows every row, its long evidence and
@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis import audit
 from analysis.audit import Claim, Claims
+from analysis.report import quote_math
 
 THUMB_WIDTH = 240  # pixels of a first-screen thumbnail
 NO_EXPERIMENT = audit.claims.NOT_BUILT  # the audit's evidence for a claim without an experiment
@@ -53,7 +54,10 @@ def _row(r: dict, claim: Claim, figure_gpus: set[str], borderline: bool) -> dict
         "topic_title": claim.topic_title,
         "statement": claim.statement,
         "where": claim.where,
-        "quotes": [{"article": q.article, "title": q.title, "text": q.text} for q in claim.quotes],
+        "quotes": [
+            {"article": q.article, "title": q.title, "text": q.text, "math": quote_math.parts(q.text)}
+            for q in claim.quotes
+        ],
         "kind": r["kind"],
         "asserted": r["asserted"],
         "observed": observed,
@@ -113,3 +117,38 @@ def filters(rows: list[dict]) -> dict[str, list[str]]:
         "topic": [t for t, _ in _in_order(rows)],
         "kind": kinds,
     }
+
+
+def counting(rows: list[dict]) -> dict:
+    """How claims, parts and verdict rows relate, counted from the rows: ``claims`` (a compound claim once, of
+    them ``compound``), ``parts`` (a compound claim's parts, each judged on its own), ``rows``; of the rows,
+    ``analytic`` (one per part recomputed from the models) and ``measured`` (one per part and GPU type), over
+    ``gpus`` GPU types, and ``both``: the parts with rows of each kind; ``text``: the first screen's sentence."""
+    parts = {r["claim_id"] for r in rows}
+    claims = {r["parent"] or r["claim_id"] for r in rows}
+    analytic = {r["claim_id"] for r in rows if r["gpu_slug"] == audit.ANALYTIC}
+    measured = {r["claim_id"] for r in rows if r["gpu_slug"] != audit.ANALYTIC}
+    out = {
+        "claims": len(claims),
+        "compound": len(claims - parts),
+        "parts": len(parts),
+        "rows": len(rows),
+        "analytic": sum(r["gpu_slug"] == audit.ANALYTIC for r in rows),
+        "measured": sum(r["gpu_slug"] != audit.ANALYTIC for r in rows),
+        "gpus": len({r["gpu_slug"] for r in rows} - {audit.ANALYTIC}),
+        "both": len(analytic & measured),
+    }
+    both = (
+        f"; {_n(out['both'], 'part')} {'has' if out['both'] == 1 else 'have'} rows of both kinds" if out["both"] else ""
+    )
+    out["text"] = (
+        f"{_n(out['claims'], 'claim')} ({out['compound']} of them compound, each judged as its parts: "
+        f"{_n(out['parts'], 'part')} in all) give {_n(out['rows'], 'verdict row')}: {out['analytic']} recomputed "
+        f"from the models, one per part, and {out['measured']} measured, one per part and GPU type "
+        f"({_n(out['gpus'], 'GPU type')} in this report){both}."
+    )
+    return out
+
+
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

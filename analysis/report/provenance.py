@@ -1,6 +1,7 @@
-"""Where the rows of one report section come from: the commits they were measured at, how many rows each,
-and which measured-code files changed between those commits (as the shipped set's manifest records them,
-``analysis.publish.measured_code_diff``).
+"""Where the report's numbers come from: per GPU type, the shipped result set or this run, with the commits and
+days its rows were measured at (``origin``, the first screen); per section, the commits its rows were measured
+at, how many rows each, and which measured-code files changed between those commits (``describe``, as the
+shipped set's manifest records them, ``analysis.publish.measured_code_diff``).
 
 A result set resumed from a shipped one mixes commits, and only its CSVs and manifest say so; the report
 shows this per section so a reader knows which kernel version each figure's rows ran.
@@ -21,17 +22,63 @@ def _same(a: str, b: str) -> bool:
     return n >= 7 and a[:n] == b[:n]
 
 
+def _per_commit(shas: list[pd.Series]) -> list[tuple[str, int]]:
+    """(commit, rows) of the rows whose commits are ``shas``, most rows first; "unknown" where none is recorded."""
+    both = pd.concat([s.fillna("unknown").astype(str) for s in shas]) if shas else pd.Series(dtype=str)
+    counts = both.value_counts()
+    return [(str(sha), int(n)) for sha, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def rows_per_commit(frames: list[pd.DataFrame], section: str) -> list[tuple[str, int]]:
     """(commit, rows) of the rows of ``section`` (an experiment, or a family such as quant or moe), most
     rows first; rows without a commit count under "unknown"."""
-    parts = []
-    for df in frames:
-        if df is None or df.empty:
-            continue
-        parts.append(df.loc[tables.section_mask(df, section), "git_sha"].fillna("unknown").astype(str))
-    shas = pd.concat(parts) if parts else pd.Series(dtype=str)
-    counts = shas.value_counts()
-    return [(str(sha), int(n)) for sha, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return _per_commit(
+        [df.loc[tables.section_mask(df, section), "git_sha"] for df in frames if df is not None and not df.empty]
+    )
+
+
+def origin(frames: list[pd.DataFrame], manifest: dict | None) -> dict:
+    """Where a GPU type's rows (``frames``: its tables) come from: a shipped result set (its tables have the
+    ``MANIFEST.json`` of ``analysis.publish`` beside them: ``manifest``) or this run. ``rows``, ``commits``
+    (commit, rows) and the first and last ``days`` they were measured on are read from the rows themselves
+    (``git_sha``, ``timestamp``); ``published``: the day the shipped set was published."""
+    frames = [df for df in frames if df is not None and not df.empty]
+    commits = _per_commit([df["git_sha"] if "git_sha" in df else pd.Series([None] * len(df)) for df in frames])
+    stamps = [df["timestamp"].dropna() for df in frames if "timestamp" in df]
+    days = sorted({str(t)[:10] for s in stamps for t in s})
+    return {
+        "shipped": manifest is not None,
+        "rows": sum(len(df) for df in frames),
+        "commits": [(sha[:SHORT], n) for sha, n in commits],
+        "days": (days[0], days[-1]) if days else (),
+        "published": str((manifest or {}).get("published", ""))[:10],
+    }
+
+
+def _rows(n: int) -> str:
+    return f"{n} row{'' if n == 1 else 's'}"
+
+
+def rows_text(o: dict, verb: str = "measured") -> str:
+    """The rows of an ``origin`` in words: how many, at which commits, on which days."""
+    if not o["rows"]:
+        return "no rows"
+    commits = o["commits"]
+    if len(commits) == 1:
+        at = "an unrecorded commit" if commits[0][0] == "unknown" else f"commit {commits[0][0]}"
+    else:
+        at = "commits " + ", ".join(f"{sha} ({_rows(n)})" for sha, n in commits)
+    days = o["days"]
+    when = "" if not days else f" on {days[0]}" if days[0] == days[1] else f" from {days[0]} to {days[1]}"
+    return f"{_rows(o['rows'])} {verb} at {at}{when}"
+
+
+def origin_text(o: dict) -> str:
+    """``origin`` in words, for the first screen."""
+    if not o["shipped"]:
+        return f"measured by this run: {rows_text(o)}"
+    published = f", published {o['published']}" if o["published"] and o["published"] not in o["days"] else ""
+    return f"the shipped result set, not measured by this run: {rows_text(o)}{published}"
 
 
 def code_changes(commits: list[str], manifest: dict | None) -> list[tuple[str, str, list[str]]]:

@@ -1,11 +1,13 @@
 """The self-contained HTML report: the claims audit, per GPU type the families' summaries and figures with the
 tables behind them, failures, and the correctness checks.
 
-``render_report`` fills ``reports/templates/report.html.j2`` with jinja2 (autoescape on). Images are
-embedded as base64 data URIs and the CSS is inline, so the single HTML file can be mailed or archived
-and still shows everything. What is family-specific comes from the families (``analysis.registry``): the
-order and titles of the figure sections, a family's summary tables and how a point's shape reads
-(``analysis/families/<family>/report.py``); the rest is computed here from the result rows.
+``render_report`` fills ``reports/templates/report.html.j2`` with jinja2 (autoescape on). Images and fonts
+are embedded as base64 data URIs and the CSS is inline, so the single HTML file can be mailed or archived
+and still shows everything. Table cells go through ``words``, so that a narrow column wraps between words,
+never inside a word or a number; a table wider than the window scrolls in its own box. What is
+family-specific comes from the families (``analysis.registry``): the order and titles of the figure sections,
+a family's summary tables and how a point's shape reads (``analysis/families/<family>/report.py``); the rest
+is computed here from the result rows.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import base64
 import json
 import math
 import numbers
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
 import jinja2
 import numpy as np
 import pandas as pd
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from analysis import registry
 from analysis.core import outputs, validate
@@ -51,6 +54,38 @@ def fmt(v) -> str:
         # Below 1000, 3 significant digits; above, ".3g" would switch to exponent notation.
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
+
+
+# A word: a run of characters that are neither white space nor wide (CJK text breaks between its characters).
+WIDE = "\u2e80-\u303f\u3040-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
+WORD = re.compile(rf"[^\s{WIDE}]+")
+# a character beside which a browser may break a line inside a word ("4.001e-" / "16", "TFLOP/" / "s",
+# "}" / "{"): any but letters, digits and the punctuation that never opens a break inside a word
+BREAKS_INSIDE = re.compile(r"""[^\w.,:;'"()<>=#&*@]""")
+LONG_WORD = 24  # characters; a longer word (a path, a list of names) may break after / or _, or , or = before a letter
+PIECE_END = re.compile(r"(?<=[/_])(?=.)|(?<=[,=])(?=[^\W\d_])")
+
+
+def words(text) -> Markup:
+    """Text for a table cell (the template's ``words`` filter) that breaks lines only between words: a word
+    the browser could break inside (beside a hyphen, a dash, a slash, a brace, ...) is kept whole
+    (``<span class="nw">``), and a long word may break only after a path's slash, an identifier's underscore,
+    or a comma or equals sign before a letter (``<wbr>``). Escaped; wide (CJK) text is left as it is."""
+    text = str(text)
+    out, end = [], 0
+    for m in WORD.finditer(text):
+        out.append(escape(text[end : m.start()]))
+        word = m.group()
+        pieces = PIECE_END.split(word) if len(word) > LONG_WORD else [word]
+        out.append(
+            Markup("<wbr>").join(
+                Markup('<span class="nw">{}</span>').format(p) if len(p) > 1 and BREAKS_INSIDE.search(p) else escape(p)
+                for p in pieces
+            )
+        )
+        end = m.end()
+    out.append(escape(text[end:]))
+    return Markup("").join(out)
 
 
 def _is_number(v) -> bool:
@@ -235,10 +270,12 @@ def _gpu(g: dict) -> dict:
         if f.has("report")
         for s in (getattr(f.module("report"), "summary_tables", None) or (lambda _: []))(tables)
     ]
+    origin = provenance.origin(list(tables.values()), g.get("manifest"))
     return {
         "slug": g["slug"],
         "name": env.get("gpu_name") or g["slug"],
         "source": g.get("source", ""),
+        "origin": {**origin, "text": provenance.origin_text(origin)},
         "provenance": [(str(k), _value_text(v)) for k, v in env.items()],
         "sections": [
             {**sec, "provenance": provenance.describe(points, sec["id"], g.get("manifest"))}
@@ -271,12 +308,20 @@ def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | N
     return {
         "counts": [(k, int(counts.get(k, 0))) for k in VERDICT_ORDER],
         "borderline": sum(r["is_borderline"] for r in rows),
-        "claims": len({r["parent"] or r["claim_id"] for r in rows}),
-        "parts": len(rows),
+        "counting": claims.counting(rows),
         "headlines": claims.headlines(rows, figures),
         "topics": [{"topic": t, "title": rs[0]["topic_title"], "rows": rs} for t, rs in topics.items()],
         "filters": list(claims.filters(rows).items()),
     }
+
+
+def _checks_origin(checks: pd.DataFrame | None) -> str:
+    """The first screen's line on the interpreter checks (always this run's, on this machine's CPU)."""
+    if checks is None or checks.empty:
+        return ""
+    return "run by this run on this machine, in Triton's interpreter: " + provenance.rows_text(
+        provenance.origin([checks], None), "checked"
+    )
 
 
 def render_report(
@@ -305,6 +350,7 @@ def render_report(
     shipped results are included).
     """
     correctness = correctness_table(checks)
+    sections = [_gpu(g) for g in gpus]
     generated = dict(generated or {})
     generated.setdefault("timestamp", datetime.now(timezone.utc).isoformat(timespec="seconds"))
     env = jinja2.Environment(
@@ -315,6 +361,7 @@ def render_report(
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["words"] = words
     html = env.get_template(TEMPLATE).render(
         title=title,
         timestamp=str(generated.pop("timestamp")),
@@ -324,11 +371,14 @@ def render_report(
             {"id": f"extra-{i}", "title": s["title"], "html": Markup(s["html"])}
             for i, s in enumerate(extra_sections or [])
         ],
-        gpus=[_gpu(g) for g in gpus],
+        gpus=sections,
         checks=_table(correctness) if correctness is not None else None,
+        checks_origin=_checks_origin(checks),
         verdicts=verdict_section(verdicts, gpus),
-        quote_font_css=Markup(quote_font.css_face()),
-        quote_font_family=quote_font.FAMILY,
+        origins={g["slug"]: "shipped set" if g["origin"]["shipped"] else "this run" for g in sections},
+        font_css=Markup(quote_font.css_faces()),
+        quote_family=quote_font.QUOTES.family,
+        math_family=quote_font.MATH.family,
         comparison=[_figure(e) for e in comparison] if comparison else None,
         notices=list(notices or []),
     )

@@ -300,6 +300,39 @@ def test_report_content(html):
         assert first_words in html
 
 
+def test_the_first_screen_names_where_the_numbers_come_from(html, table):
+    measured = int((table["experiment"] != "interpreter-check").sum())
+    top = html[html.index('<div id="origin">') : html.index("</header>")]
+    # a GPU type whose tables have no shipped set's manifest beside them was measured by this run
+    assert (
+        f"<b>NVIDIA H200</b></a> (h200): measured by this run: {measured} rows measured at commit abc1234 on "
+        "2025-01-01.</li>" in top
+    )
+    assert 'data-shipped="false"' in top and "shipped result set" not in top
+    assert "run by this run on this machine, in Triton&#39;s interpreter: 1 row checked at commit abc1234" in top
+
+
+def test_words_break_only_between_words():
+    words = report.words
+    # a word a browser could break inside (beside a hyphen, a slash, a brace) is kept whole
+    assert words("4.001e-16, ours-fa2 TFLOP/s") == (
+        '<span class="nw">4.001e-16,</span> <span class="nw">ours-fa2</span> <span class="nw">TFLOP/s</span>'
+    )
+    assert words("1.37 bfloat16 causal x_y=z,w (a) ≥") == "1.37 bfloat16 causal x_y=z,w (a) ≥"  # nothing to keep
+    # a long word breaks after a path's slash, an identifier's underscore, a comma or equals sign before a letter
+    assert words("reports/reference/h200/attention.csv") == (
+        '<span class="nw">reports/</span><wbr><span class="nw">reference/</span><wbr><span class="nw">h200/</span>'
+        "<wbr>attention.csv"
+    )
+    assert words("experiment=fa2-setting,fa1-setting") == (
+        'experiment=<wbr><span class="nw">fa2-setting,</span><wbr><span class="nw">fa1-setting</span>'
+    )
+    assert words("standard_attention_total_bytes") == "standard_<wbr>attention_<wbr>total_<wbr>bytes"
+    assert words("N=131,072,000,000,000,000,000") == "N=131,072,000,000,000,000,000"  # no break inside a number
+    # escaped; Chinese left to break between its characters, the Latin words inside it kept whole
+    assert words("<b> & 显存15%~20%的") == '&lt;b&gt; &amp; 显存<span class="nw">15%~20%</span>的'
+
+
 def test_failures_and_status_include_the_ops_rows(table):
     """The W4A16/MoE rows that did not finish are listed beside the attention ones, with their own shape."""
     import math

@@ -179,3 +179,72 @@ def test_a_compound_claim_shows_as_its_parts_under_the_whole_statement():
     df = _verdicts([{"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"}])
     (row,) = claims_view.claim_rows(df, claims, set())
     assert row["parent"] == "fa1-speed-mem" and row["parent_statement"] == speed.whole.statement
+
+
+def test_the_first_screen_counts_claims_parts_and_rows_from_the_rows():
+    claims = registry.claims()
+    df = _verdicts(
+        [
+            {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
+            {"claim_id": "fa1-speed-mem.speed", "verdict": "fails", "gpu": "h200"},
+            {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "h100"},
+            {"claim_id": "fa1-speed-mem.memory", "verdict": "holds", "gpu": "h200"},
+            {"claim_id": "fa1-speed-mem.memory", "verdict": "holds", "gpu": "h100"},
+            {"claim_id": "std-flops", "verdict": "holds", "gpu": "-"},
+        ]
+    )
+    got = claims_view.counting(claims_view.claim_rows(df, claims, set()))
+    assert {k: v for k, v in got.items() if k != "text"} == {
+        "claims": 2,
+        "compound": 1,
+        "parts": 3,
+        "rows": 6,
+        "analytic": 2,
+        "measured": 4,
+        "gpus": 2,
+        "both": 1,
+    }
+    assert got["text"] == (
+        "2 claims (1 of them compound, each judged as its parts: 3 parts in all) give 6 verdict rows: 2 recomputed "
+        "from the models, one per part, and 4 measured, one per part and GPU type (2 GPU types in this report); "
+        "1 part has rows of both kinds."
+    )
+    one = claims_view.counting(claims_view.claim_rows(df.iloc[[5]], claims, set()))
+    assert one["text"] == (
+        "1 claim (0 of them compound, each judged as its parts: 1 part in all) give 1 verdict row: 1 recomputed "
+        "from the models, one per part, and 0 measured, one per part and GPU type (0 GPU types in this report)."
+    )
+
+
+def test_the_first_screen_says_whether_a_gpu_type_was_shipped_or_measured_by_this_run():
+    a, b = "a" * 40, "b" * 40
+    rows = pd.DataFrame(
+        {
+            "experiment": ["decode"] * 3,
+            "git_sha": [a, a, b],
+            "timestamp": ["2026-12-02T22:13:03Z", "2026-12-02T23:00:00Z", "2026-12-04T01:00:00Z"],
+        }
+    )
+    other = pd.DataFrame({"experiment": ["traffic"], "git_sha": [a], "timestamp": ["2026-12-03T00:00:00Z"]})
+    shipped = section_provenance.origin([rows, other, None], {"published": "2026-12-05T10:00:00Z"})
+    assert shipped == {
+        "shipped": True,
+        "rows": 4,
+        "commits": [(a[:12], 3), (b[:12], 1)],
+        "days": ("2026-12-02", "2026-12-04"),
+        "published": "2026-12-05",
+    }
+    assert section_provenance.origin_text(shipped) == (
+        f"the shipped result set, not measured by this run: 4 rows measured at commits {a[:12]} (3 rows), "
+        f"{b[:12]} (1 row) from 2026-12-02 to 2026-12-04, published 2026-12-05"
+    )
+    fresh = section_provenance.origin([rows.iloc[:2]], None)
+    assert (
+        section_provenance.origin_text(fresh)
+        == f"measured by this run: 2 rows measured at commit {a[:12]} on 2026-12-02"
+    )
+    unknown = section_provenance.origin([pd.DataFrame({"experiment": ["x"], "git_sha": [None]})], None)
+    assert section_provenance.rows_text(unknown, "checked") == "1 row checked at an unrecorded commit"
+    assert section_provenance.origin_text(section_provenance.origin([], {})) == (
+        "the shipped result set, not measured by this run: no rows"
+    )

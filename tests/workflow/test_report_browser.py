@@ -1,9 +1,11 @@
 """The rendered report in a real headless browser (Debian's Chromium): it loads without errors, every
-figure decodes, and the verdict table has a row for every claim of the registry.
+figure decodes, the verdict table has a row for every claim of the registry, the first screen says where the
+numbers come from, the articles' math is drawn as MathML, and no table cell breaks a word at 1280 px.
 
 The report is rendered from the shipped reference results through the same functions the workflow's
 rules call. Chromium runs with --dump-dom: the page's own load handler writes what it saw (images
-decoded, load errors) onto <body>, and the dumped DOM is read back here.
+decoded, load errors, formulas laid out, and with #check-layout the words broken across lines) onto <body>,
+and the dumped DOM is read back here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pandas as pd
 import pytest
 
 from analysis import pipeline, registry
+from analysis.report import quote_math
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -119,16 +122,64 @@ def test_nothing_is_wider_than_a_1280_pixel_window(rendered):
     assert int(body_attr(dom, "data-scroll-width")) <= inner
 
 
-def test_every_claim_shows_its_statement_and_the_quotes_render_in_the_embedded_font(rendered):
+def page_text(dom: str) -> str:
+    """The DOM's text: tags removed (a word kept whole is in a <span>), entities decoded."""
     import html as html_lib
 
+    return html_lib.unescape(re.sub(r"<[^>]*>", "", dom))
+
+
+def test_every_claim_shows_its_statement_and_the_quotes_render_in_the_embedded_font(rendered):
     page, _ = rendered
-    dom = html_lib.unescape(dump_dom(page))
+    dom = dump_dom(page)
+    text = page_text(dom)
     for claim in registry.claims():
-        assert claim.statement in dom, claim.id
-        assert all(q.text in dom for q in claim.quotes), claim.id
-    # the page's load handler found the embedded face, loaded it, and it covers every quote's characters
+        assert claim.statement in text, claim.id
+        assert all(q.text in text for q in claim.quotes), claim.id  # a formula's LaTeX is folded beside it
+    # the page's load handler found the embedded faces, loaded them, and they cover every quote's characters
     assert body_attr(dom, "data-quote-font") == "loaded"
+    assert body_attr(dom, "data-math-font") == "loaded"
+
+
+def test_every_quote_holding_latex_is_drawn_as_mathml(rendered):
+    html, out = rendered
+    dom = dump_dom(html)
+    by_id = registry.claims().by_id()
+    verdicts = pd.read_csv(out / "verdicts.csv", keep_default_na=False)
+    # one claims-table row per verdict row, each with its claim's quotes
+    want = sum(quote_math.holds_latex(q.text) for c in verdicts["claim_id"] for q in by_id[c].quotes)
+    assert want > 0
+    assert int(body_attr(dom, "data-tex-quotes")) == want
+    # each laid out by the browser's MathML (a math box, fractions stacked), none left as LaTeX text
+    assert int(body_attr(dom, "data-tex-quotes-math")) == want
+    shown = re.sub(r'<details class="tex">.*?</details>', "", dom, flags=re.S)  # the LaTeX source folded beside
+    assert dom.count("<math ") >= want and "\\frac" not in shown and "\\text{" not in shown
+
+
+def test_the_first_screen_says_where_each_gpu_types_numbers_come_from(rendered):
+    html, _ = rendered
+    dom = dump_dom(html)
+    top = dom[: dom.index('id="summary"')]
+    for g in sorted(p.parent.name for p in (ROOT / "reports" / "reference").glob("*/attention.csv")):
+        folder = ROOT / "reports" / "reference" / g
+        files = [folder / f"{t}.csv" for t in registry.tables() if (folder / f"{t}.csv").is_file()]
+        rows = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+        line = re.search(rf'<li class="origin-gpu" data-gpu="{g}" data-shipped="true">(.*?)</li>', top)
+        assert line, f"no first-screen line for {g}"
+        text = page_text(line.group(1))
+        assert "the shipped result set, not measured by this run" in text, text
+        sha, day = rows["git_sha"].mode()[0], str(rows["timestamp"].min())[:10]
+        assert f"{len(rows)} rows measured at commit {sha[:12]}" in text and day in text, text
+
+
+def test_no_table_cell_breaks_a_word_at_1280_px(rendered):
+    """Every table (figure tables, summaries, failures, claims) with every folded part open: no word of a
+    cell is split across lines or sticks out of its cell (a wide formula scrolls in its own box)."""
+    html, _ = rendered
+    dom = dump_dom(html, fragment="#check-layout", width=1280)
+    assert int(body_attr(dom, "data-layout-words")) > 10000  # the figure tables' cells were open and measured
+    bad = int(body_attr(dom, "data-layout-bad"))
+    assert bad == 0, f"{bad} words broken or outside their cell, e.g. {body_attr(dom, 'data-layout-examples')}"
 
 
 @pytest.mark.parametrize("preset", ["verdict:fails", "topic:fa3,kind:measured"])
