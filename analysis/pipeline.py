@@ -220,8 +220,8 @@ def render_report(
     and ``figures`` (the figure folders of its families, in order). Every file read is validated first
     (``analysis.core.validate``), and the report is written through a temporary file, so a bad input fails
     this step with the file named and leaves the previous report in place. ``checks_csv``: the interpreter
-    checks (rows of the attention table); ``comparison_dirs``: the cross-GPU figure folders; ``notices``:
-    banners at the top (e.g. that no shipped results are included)."""
+    checks (rows of the table ``registry.checks_table`` names); ``comparison_dirs``: the cross-GPU figure
+    folders; ``notices``: banners at the top (e.g. that no shipped results are included)."""
     from analysis import report
     from analysis.core.provenance import git_sha, now_utc
 
@@ -238,7 +238,7 @@ def render_report(
                 "manifest": _manifest_beside(g.get("tables", {})),
             }
         )
-    checks = registry.table("attention").read_rows([checks_csv]) if checks_csv else None
+    checks = registry.table(registry.checks_table()).read_rows([checks_csv]) if checks_csv else None
     generated = {"timestamp": now_utc(), "git_sha": git_sha()}
     verdicts = validate.read_csv(verdicts_csv, VERDICTS_SCHEMA, keep_default_na=False) if verdicts_csv else None
     comparison = [e for d in comparison_dirs or [] for e in validate.read_figure_manifest(Path(d) / "manifest.json")]

@@ -49,6 +49,15 @@ def table(name: str) -> Table:
     return tables()[name]
 
 
+def checks_table() -> str | None:
+    """The table the interpreter checks' rows go to: that of the families with CPU checks (``plan.checks``),
+    which must share one (their rows are collected into one ``checks.csv``); None when no family has checks."""
+    found = {f.table for f in FAMILIES.values() if hasattr(f.plan, "checks")}
+    if len(found) > 1:
+        raise ValueError(f"the families' interpreter checks go to several tables {sorted(found)}: they share one")
+    return next(iter(found), None)
+
+
 def of_experiment(experiment: str) -> Family:
     """The family whose plan lists ``experiment``."""
     for f in FAMILIES.values():

@@ -57,3 +57,10 @@ def test_the_import_check_sees_a_sibling_import(tmp_path):
     assert _families_imported(module) == {"attention"}
     module.write_text("from analysis.families import fp8, _shared\n")
     assert _families_imported(module) == {"fp8", "_shared"}
+
+
+def test_the_checks_table_comes_from_the_families_with_checks(monkeypatch):
+    assert registry.checks_table() == "attention"  # the attention family's interpreter checks
+    monkeypatch.setattr(registry.family("w4a16").plan, "checks", lambda config: {}, raising=False)
+    with pytest.raises(ValueError, match=r"several tables \['attention', 'ops'\]"):
+        registry.checks_table()
