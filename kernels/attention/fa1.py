@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_flag, check_int, device_guard, softmax_scale
-from kernels.attention.fa2 import _check_grad_shapes, _check_inputs
+from kernels.attention.common import check_dense, check_grad_shapes
 
 __all__ = ["attention", "forward", "backward", "DEFAULT_BLOCKS"]
 
@@ -300,7 +300,7 @@ def forward(
     ``blocks`` = (Br, Bc), powers of two ≥ 16; default ``DEFAULT_BLOCKS``.
     """
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     if k.shape[1] != q.shape[1]:
         raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
@@ -342,12 +342,12 @@ def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None
     """Algorithm 4's gradients (dq, dk, dv); P recomputed from the saved logsumexp (the paper keeps ℓ and
     m, the same information). dQ is accumulated in fp32 in HBM, read and written at every step."""
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     if k.shape[1] != q.shape[1]:
         raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
-    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
+    check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
     sm_scale = softmax_scale(d, sm_scale)
     block_r, block_c = _blocks(blocks)
     dq = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=torch.float32)

@@ -54,20 +54,12 @@ import itertools
 import torch
 import triton
 
-from kernels._runtime import (
-    check_bf16,
-    check_device,
-    check_flag,
-    check_int,
-    device_guard,
-    host_values,
-    softmax_scale,
-)
+from kernels._runtime import check_bf16, check_flag, check_int, device_guard, host_values, softmax_scale
 from kernels.attention import fa2_config
+from kernels.attention.common import MAX_HEAD_DIM, check_dense, check_grad_shapes, check_tensors
 from kernels.attention.fa2_config import (  # noqa: F401  (part of fa2's interface: fa2.FA2Config, fa2.CONFIG_ENV, ...)
     BWD_CONFIG_ENV,
     CONFIG_ENV,
-    MAX_HEAD_DIM,
     FA2BwdConfig,
     FA2Config,
     bwd_configs_in_effect,
@@ -80,7 +72,6 @@ from kernels.attention.fa2_kernels import (
     _attn_bwd_delta_kernel,
     _attn_bwd_dkdv_kernel,
     _attn_bwd_dq_kernel,
-    _attn_fwd_inner,  # noqa: F401  (decode.py imports it from here)
     _attn_fwd_kernel,
 )
 
@@ -90,6 +81,7 @@ __all__ = [
     "attention",
     "attention_varlen",
     "forward",
+    "forward_kernel",
     "forward_varlen",
     "backward",
     "backward_varlen",
@@ -100,9 +92,6 @@ __all__ = [
     "last_bwd_config",
     "MAX_HEAD_DIM",
 ]
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_LOG2E = 1.4426950408889634
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -134,56 +123,6 @@ def _eager_rescale(rescale: str) -> bool:
     if rescale not in RESCALE_MODES:
         raise ValueError(f"rescale must be one of {RESCALE_MODES}, got {rescale!r}")
     return rescale == "eager"
-
-
-def _check_tensors(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    ndim: int,
-    layout: str,
-    dense: bool = False,
-    dtypes: tuple = SUPPORTED_DTYPES,
-    dtype_note: str = "supported: float16, bfloat16, float32",
-) -> None:
-    """The checks shared by the dense and the packed layouts (heads on dim 1, head_dim last), and by the
-    FP8 kernel's 16-bit entry point (``dtypes``, ``dtype_note``); the callers whose products are in the
-    inputs' dtype add ``check_bf16``."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != ndim:
-            raise ValueError(f"{name} must be {layout}, got shape {tuple(t.shape)}")
-        if t.dtype not in dtypes:
-            raise TypeError(f"{name} has dtype {t.dtype}; {dtype_note}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    check_device(q, k, v, names=("q", "k", "v"))
-    check_shapes(q, k, v, dense=dense)
-
-
-def check_shapes(q, k, v, names: tuple[str, str, str] = ("q", "k", "v"), dense: bool = False) -> None:
-    """The shape rules every attention kernel here shares (heads on dim 1, head_dim last): K and V alike,
-    K/V heads dividing the query heads, a supported head_dim; ``dense``: ``[batch, heads, seq, head_dim]``
-    with K/V matching Q in batch and head_dim. ``names`` are the tensors' names in the messages."""
-    nq, nk, nv = names
-    h, d = q.shape[1], q.shape[-1]
-    if k.shape != v.shape:
-        raise ValueError(f"{nk} and {nv} must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if dense and (k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]):
-        raise ValueError(f"{nk}/{nv} shape {tuple(k.shape)} does not match {nq} {tuple(q.shape)} in batch or head_dim")
-    if (k.shape[1] == 0 and h != 0) or (k.shape[1] and h % k.shape[1]):
-        raise ValueError(
-            f"{nk}/{nv} have {k.shape[1]} heads, which must divide {nq}'s {h} (grouped-query / multi-query attention)"
-        )
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {d} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
-
-
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Dense ``[batch, heads, seq, head_dim]`` inputs (also used by fa1.py and decode.py)."""
-    _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True)
-    check_bf16(q.dtype, q.device, "q")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +175,7 @@ def _check_max(name: str, given, longest: int, total: int) -> int:
 
 
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> _Packing:
-    _check_tensors(q, k, v, 3, "[total_tokens, heads, head_dim]")
+    check_tensors(q, k, v, 3, "[total_tokens, heads, head_dim]")
     check_bf16(q.dtype, q.device, "q")
     if k.shape[2] != q.shape[2]:
         raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in head_dim")
@@ -340,6 +279,12 @@ def _launch_forward(
     return chosen
 
 
+def forward_kernel():
+    """The ``@triton.jit`` forward kernel the launcher runs (the tuner wraps it), also for compiling it for a
+    target without a GPU (the compiled family)."""
+    return _attn_fwd_kernel
+
+
 def forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -362,7 +307,7 @@ def forward(
     """
     eager = _eager_rescale(rescale)
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
@@ -480,9 +425,9 @@ def backward(
     input dtype, contiguous, shaped like q, k, v.
     """
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     b, h, seqlen_q, d = q.shape
-    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
+    check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
     sm_scale = softmax_scale(d, sm_scale)
     configs = bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
     _LAST_BWD_CONFIG[0] = configs
@@ -520,28 +465,6 @@ def backward(
         varlen=False,
     )
     return dq, dk, dv
-
-
-def _check_grad_shapes(do, out, lse, q_shape, lse_shape, q: torch.Tensor | None = None) -> None:
-    """The backward's side inputs: tensors of the forward's shapes (``do`` and ``out`` like q, ``lse`` of
-    ``lse_shape``) on q's device; ``out`` in q's dtype (its rows are read in it), ``lse`` float32."""
-    for name, t in (("grad_out", do), ("out", out), ("lse", lse)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if q is not None and t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if q is not None and out.dtype != q.dtype:
-        raise TypeError(f"out must have q's dtype {q.dtype} (the forward's output), got {out.dtype}")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"lse must be float32 (the forward's logsumexp), got {lse.dtype}")
-    if not do.is_floating_point():
-        raise TypeError(f"grad_out must be floating point, got {do.dtype}")
-    if do.shape != q_shape:
-        raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q_shape)}")
-    if out.shape != q_shape:
-        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(q_shape)}")
-    if lse.shape != lse_shape:
-        raise ValueError(f"lse has shape {tuple(lse.shape)}, expected {tuple(lse_shape)}")
 
 
 def _backward_packed(do, q, k, v, out, lse, packing: _Packing, causal, sm_scale, dkdv_config, dq_config):
@@ -606,7 +529,7 @@ def backward_varlen(
     """
     causal = check_flag("causal", causal)
     packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _check_grad_shapes(do, out, lse, q.shape, (q.shape[1], q.shape[0]), q)
+    check_grad_shapes(do, out, lse, q.shape, (q.shape[1], q.shape[0]), q)
     sm_scale = softmax_scale(q.shape[2], sm_scale)
     return _backward_packed(do, q, k, v, out, lse, packing, causal, sm_scale, dkdv_config, dq_config)
 

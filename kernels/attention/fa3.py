@@ -36,6 +36,7 @@ import triton
 
 from kernels._runtime import INTERPRET, check_flag, compute_capability, device_guard, softmax_scale
 from kernels.attention import fa2
+from kernels.attention.common import check_tensors
 
 __all__ = [
     "FA3Config",
@@ -56,6 +57,7 @@ __all__ = [
     "default_config",
     "last_config",
     "kernel_specialisation",
+    "forward_kernel",
     "kernel_for_lengths",
     "q_tile_rows",
     "schedule_of",
@@ -266,7 +268,7 @@ def _check_head_dim(head_dim: int) -> None:
 
 
 def _check_inputs(q, k, v, causal) -> None:
-    fa2._check_tensors(
+    check_tensors(
         q,
         k,
         v,
@@ -440,14 +442,19 @@ def _launch(
         )
 
 
-def kernel_for_lengths(seqlen_q: int, seqlen_k: int):
-    """The kernel object ``_launch`` runs for these lengths: ``fa3_kernels._fa3_fwd_kernel``, or where a length
-    is 1 its copy that never specialises the lengths (``_fa3_fwd_kernel_any_length``: why, there)."""
+def forward_kernel(any_length: bool = False):
+    """The Gluon kernel ``forward`` and ``forward_fp8`` launch (``kernel_specialisation`` gives a variant's
+    constexprs and launch options), also for compiling it without a GPU (the compile tests, the compiled
+    family). ``any_length``: its copy that never specialises the sequence lengths, launched where one is 1
+    (``fa3_kernels._fa3_fwd_kernel_any_length`` says why)."""
     from kernels.attention import fa3_kernels
 
-    if min(seqlen_q, seqlen_k) == 1:
-        return fa3_kernels._fa3_fwd_kernel_any_length
-    return fa3_kernels._fa3_fwd_kernel
+    return fa3_kernels._fa3_fwd_kernel_any_length if any_length else fa3_kernels._fa3_fwd_kernel
+
+
+def kernel_for_lengths(seqlen_q: int, seqlen_k: int):
+    """The kernel object ``_launch`` runs for these lengths (``forward_kernel``)."""
+    return forward_kernel(any_length=min(seqlen_q, seqlen_k) == 1)
 
 
 def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:

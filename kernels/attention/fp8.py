@@ -68,9 +68,9 @@ import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device, check_flag, compute_capability, device_guard, softmax_scale
 from kernels.attention import fa3, fp8_quant
-from kernels.attention.fa2 import FA2Config, _check_tensors, check_shapes
-from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
-from kernels.attention.reference import P_SCALE, _scores, _values, round_p
+from kernels.attention.common import check_shapes, check_tensors, key_tile_bounds, load_kv_tile, mask_scores
+from kernels.attention.fa2 import FA2Config
+from kernels.attention.reference import P_SCALE, attention_scores, grouped_values, round_p
 
 __all__ = [
     "E4M3_MAX",
@@ -259,12 +259,12 @@ def _fp8_fwd_inner(
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        k = _load_kv_tile(k_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
+        k = load_kv_tile(k_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
         blk = start_n // kv_scale_block
         k_scale = tl.load(ks_ptr + blk * stride_ksblk)
         qk = tl.dot(q, tl.trans(k))  # FP8 × FP8 → fp32
         if MASKED:
-            qk = _mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL)
+            qk = mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL)
         s = qk * (qk_scale * k_scale)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         if MASKED:
@@ -276,7 +276,7 @@ def _fp8_fwd_inner(
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_kv_tile(v_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
+        v = load_kv_tile(v_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
         if EMULATE_P_CAST:
             # the interpreter's fp32 → e4m3 cast is wrong; an e4m3-rounded P in float16 (exact) times V
             # widened to float16 (exact) with fp32 accumulation is what the FP8 MMA computes
@@ -370,7 +370,7 @@ def _fp8_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
+    diag, full_hi, hi = key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
     acc, l_i, m_i = _fp8_fwd_inner(
         acc,
         l_i,
@@ -801,7 +801,7 @@ def attention(
     causal = check_flag("causal", causal)
     rotate = check_flag("rotate", rotate)
     _check_granularity(granularity)
-    _check_tensors(
+    check_tensors(
         q,
         k,
         v,
@@ -915,8 +915,8 @@ def emulate(
     kd = dequantize(k8, k_scale, kv_block).double()
     vd = dequantize(v8, v_scale, kv_block).double()
     # the reference's scores (K repeated over grouped heads, the causal mask), in log2 units as the kernel's
-    s = _scores(qd, kd, causal, sm_scale, None, torch.float64).reshape(b, h, nq, nk) * _LOG2E
-    vd = _values(vd, h, torch.float64).reshape(b, h, nk, d)
+    s = attention_scores(qd, kd, causal, sm_scale, None, torch.float64).reshape(b, h, nq, nk) * _LOG2E
+    vd = grouped_values(vd, h, torch.float64).reshape(b, h, nk, d)
     m = torch.full((b, h, nq, 1), float("-inf"), dtype=torch.float64, device=q8.device)
     ell = torch.zeros((b, h, nq, 1), dtype=torch.float64, device=q8.device)
     acc = torch.zeros((b, h, nq, d), dtype=torch.float64, device=q8.device)
