@@ -1,49 +1,18 @@
-"""FlashAttention-2 in Triton: the forward kernel, and a backward pass that recomputes P.
+"""FlashAttention-2 in Triton: exact attention computed tile by tile, and a backward pass that recomputes P.
 
-What it is: exact softmax attention ``softmax(Q Kᵀ · sm_scale) V`` computed tile by tile, following the
-FlashAttention-2 paper's loop order: one program per (block of BLOCK_M query rows, batch·head); the
-program keeps its Q tile, an fp32 output accumulator and the running row max ``m`` and row sum ``ℓ`` on
-chip, streams K and V through in BLOCK_N-row tiles, and never writes an N×N matrix. The softmax is the
-online one: scores are kept in the log2 domain (``exp2`` is the native instruction), the accumulator is
-rescaled by ``exp2(m_old - m_new)`` when the max grows, and the division by ℓ is deferred to the very end
-("lazy rescaling": no division inside the loop; ``forward(..., rescale="eager")`` normalises at every
-K/V tile instead, as FlashAttention-1 does, for the ablation). The row logsumexp (natural log) is written
-out for a backward pass.
+The FA-2 paper's loop order: one program per (BLOCK_M query rows, batch·head) keeps its Q tile, an fp32
+accumulator and the running row max and sum on chip while K and V stream through in BLOCK_N-row tiles, so
+no N×N matrix is ever written. The online softmax runs in the log2 domain and divides by ℓ once, at the end
+(``rescale="eager"``: FA-1's division at every tile, for the ablation); the row logsumexp is written for the
+backward, which recomputes P from it in two deterministic passes (dK/dV per key block, dQ per query block).
+Causal masks are aligned bottom-right (query i sees key j iff j <= i + Nk - Nq): tiles hidden from a whole
+Q tile are skipped, and only tiles crossing the diagonal or a sequence end run the masked loop.
 
-Causal masking is aligned to the bottom-right corner when seqlen_q ≠ seqlen_k, as in FlashAttention ≥ 2.1:
-query row i sees key j iff ``j <= i + seqlen_k - seqlen_q``. K/V tiles that are fully masked for a Q tile
-are never loaded; tiles fully visible run an unmasked loop and only the tiles crossing the diagonal or
-the sequence end run the masked one. Query rows that see no key at all (possible only when
-seqlen_q > seqlen_k) produce zeros and a logsumexp of -inf.
-
-Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (padded inside the kernel to a
-power of two ≥ 16; the padded lanes are masked, never read from memory), float16 and bfloat16 on the
-GPU, float32 as an exact (IEEE, not TF32) teaching/testing mode, ``[batch, heads, seq, head_dim]``
-tensors with arbitrary strides. Backward (``backward``, and autograd through ``attention``): the FA-2
-paper's recomputation from the saved logsumexp. Deterministic: Δ = rowsum(dO ∘ O) from a small
-preprocess kernel, then two passes (dK/dV per key block, dQ per query block) and no atomics; each pass
-splits its tiles into an unmasked fast loop and a masked loop for the tiles crossing the causal diagonal
-or a sequence end, as the forward does. Backward tiles per head dim come from an H200 sweep
-(``default_bwd_configs``), pinnable per pass or through ``KERNELS_FA2_BWD_CONFIG``. Grouped-query and
-multi-query attention: K/V may have fewer heads than Q, as long as they divide them (query head h reads
-K/V head h // (H / H_kv)). Variable-length batches (``attention_varlen``, ``forward_varlen``,
-``backward_varlen``): sequences packed end to end as ``[tokens, heads, head_dim]`` with int32
-``cu_seqlens`` offsets, no padding computed; the same kernels with an ``IS_VARLEN`` constexpr (each
-program reads its sequence's start and length; the grid spans the longest sequence and programs past
-their sequence's end return at once), so the dense path compiles to the same code as without it.
-Causal masks are aligned bottom-right per sequence. Does not handle: dropout, attention bias, paged KV.
-
-Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_*.py) and,
-for the forward, on an NVIDIA H200 with Triton 3.6 (float16, bfloat16, d = 64 … 256, N = 512 … 65536:
-every benchmark point of the pipeline is checked against float64 before it is timed). The backward's
-tile sweep was run on the H200 with the backward as it was before the Δ kernel and the masked/unmasked
-split; the current backward, the eager-rescaling mode and the varlen path have been run only in the
-interpreter and compiled (not run) for sm_90a.
-
-Layers: the ``@triton.jit`` kernels (forward, then backward) are in ``fa2_kernels.py``, the launch
-configurations and the forward's tuner in ``fa2_config.py``; here, top to bottom: the launchers ``forward``
-and ``backward`` (checks, allocation, grid), dense then packed; the ``autograd.Function``s; the public
-functions ``attention`` and ``attention_varlen``.
+Handles: any lengths, Nq ≠ Nk, head dims 1…256, float16 and bfloat16 on a GPU, exact float32, any strides,
+grouped-query K/V heads, variable-length batches packed end to end (``attention_varlen``). Does not handle:
+dropout, attention bias, paged KV. Tested in the interpreter (tests/kernels/test_fa2_*.py) and on an H200
+(the pipeline checks every point against float64 before timing it). Kernels in ``fa2_kernels.py``, tiles
+and the tuner in ``fa2_config.py``; here the launchers, the ``autograd.Function``s and the public functions.
 """
 
 from __future__ import annotations
@@ -304,6 +273,8 @@ def forward(
     the row sum ℓ once at the end; ``"eager"`` (the ablation) divides the running output by ℓ after every
     K/V tile, un-normalising it before the next tile's P·V is added, as FlashAttention-1 does. Both give
     the same attention up to rounding; eager costs an extra multiply and a division per tile.
+
+    A query row that sees no key (causal, Nq > Nk) gives zeros and a logsumexp of -inf.
     """
     eager = _eager_rescale(rescale)
     causal = check_flag("causal", causal)

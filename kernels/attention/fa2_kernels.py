@@ -4,7 +4,8 @@ Forward (``_attn_fwd_kernel`` over ``common.attn_fwd_inner``, the loop decoding 
 Δ (``_attn_bwd_delta_kernel``), dK/dV (``_attn_bwd_dkdv_kernel`` over ``_attn_bwd_dkdv_tiles``) and dQ
 (``_attn_bwd_dq_kernel`` over ``_attn_bwd_dq_tiles``). Every kernel but Δ's takes the dense ``[B, H, N, d]``
 layout or, with ``IS_VARLEN``, packed ``[tokens, H, d]`` sequences located by int32 ``cu_seqlens`` offsets
-(the batch stride is then 0 and each program moves its base pointers to its sequence's first token).
+(the batch stride is then 0, each program moves its base pointers to its sequence's first token, and the
+grid spans the longest sequence: programs past their own sequence's end return at once).
 
 Only ``@triton.jit`` code lives here; configuration, launchers, autograd and the public functions are in
 ``fa2.py``, which is what callers import.

@@ -1,26 +1,17 @@
-"""FlashAttention-3's forward for Hopper GPUs (sm_90), written in Gluon; its backward is FA-2's.
+"""FlashAttention-3's forward for Hopper (sm_90) in Gluon, and FP8's use of it; the backward is FA-2's.
 
-What it is: the FA-2 algorithm (online softmax over K/V tiles, lazy rescaling, the row logsumexp saved for
-a backward pass) on FlashAttention-3's schedule: a producer warp issuing TMA loads into a ring of
-mbarrier-guarded shared-memory buffers, two consumer warpgroups of 64 query rows each running WGMMA and the
-softmax, registers moved to the consumers (``setmaxnreg``), ping-pong between the consumers and, inside
-each, the softmax of tile j overlapped with the P V product of tile j-1. Each technique has a switch
-(``Schedule``); "off" is the plainer schedule of the same kernel, so an ablation measures one kernel.
+The FA-2 algorithm on FlashAttention-3's schedule: a producer loading K/V with TMA into a ring of
+mbarrier-guarded shared-memory slots, two consumer warpgroups of 64 query rows running WGMMA and the
+softmax with the producer's registers (``setmaxnreg``), ping-pong between them and, inside each, the softmax
+of one tile overlapping the P V product of the one before. Each technique can be switched off
+(``Schedule``), so the ablation measures one kernel. FP8 (``forward_fp8``, called by ``fp8.py``): the same
+kernel on e4m3 inputs, V in a layout of its own (``FP8Values``), without ping-pong by default.
 
-Handles: float16 and bfloat16; head dims 64, 128 and 256; causal masks aligned bottom-right; Nq ≠ Nk and any
-sequence length (TMA zero-fills rows past the end, which are then masked); grouped-query / multi-query K/V
-heads; any strides (tensors whose strides TMA cannot describe are copied to contiguous ones first).
-Returns O and the logsumexp as ``fa2.forward`` does; ``attention`` is differentiable through FA-2's
-backward. Does not handle: other head dims or float32 (``fa2`` does), GPUs other than sm_90, Triton's
-interpreter (Gluon does not run there), dropout, varlen. FP8 (``forward_fp8``, called by ``fp8.py``): the
-same kernel on e4m3 Q, K and V, V in a layout of its own (``FP8Values``), by default without ping-pong
-(``FP8_SCHEDULE``).
-
-Tested: compiled for sm_90 on the CPU for every head dim and schedule, with the SASS checked for the
-design's instructions (tests/kernels/test_fa3_compile.py); on an H200 against float64 on odd shapes,
-every schedule, and the backward through it (tests/kernels/test_fa3.py). Layers: configuration and
-schedules; checks; the launcher; the ``autograd.Function``; the public ``attention``. The kernel is in
-``fa3_kernels.py``.
+Handles: float16 and bfloat16, head dims 64, 128 and 256, causal masks aligned bottom-right, any lengths,
+grouped-query heads, any strides (what TMA cannot describe is copied first). Does not handle: other head
+dims or float32 (``fa2`` does), other GPUs, Triton's interpreter, dropout, varlen. Tested: compiled for
+sm_90 on the CPU, every head dim and schedule, the SASS checked (tests/kernels/test_fa3_compile.py); on an
+H200 against float64 (tests/kernels/test_fa3.py). The kernel is in ``fa3_kernels.py``.
 """
 
 from __future__ import annotations

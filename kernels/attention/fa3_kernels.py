@@ -1,53 +1,11 @@
-"""The Gluon kernel of FlashAttention-3's forward (``kernels.attention.fa3``), for Hopper (sm_90).
+"""The Gluon kernel of FlashAttention-3's forward for Hopper (sm_90), 16-bit and FP8 (``kernels.attention.fa3``).
 
-One CTA owns ``NUM_CONSUMERS × BLOCK_M`` query rows of one (batch, head) and streams that head's K/V tiles
-through a ring of ``NUM_STAGES`` shared-memory buffers, each guarded by a "ready" and an "empty" mbarrier.
-With ``WARP_SPECIALIZE`` the CTA splits into partitions (``gl.warp_specialize``): a producer that only
-issues loads (one warp with TMA, a warpgroup with per-thread ``cp.async``), and ``NUM_CONSUMERS`` consumer
-warpgroups that only run WGMMA and the online softmax, each owning ``BLOCK_M`` (64) rows, with registers
-moved from the producer to the consumers (``setmaxnreg``). Without it, one partition of
-``4 · NUM_CONSUMERS`` warps issues its own TMA loads a ring ahead (the schedule FA-2-class kernels use).
-
-Within a consumer (``OVERLAP``), iteration j issues S_j = Q K_jᵀ and then O += P_{j-1} V_{j-1}, and waits
-only for S_j before its softmax, so the exponentials of tile j run while the tensor cores finish tile
-j-1's product. ``PINGPONG`` makes the two consumers take turns issuing those GEMMs (a pair of mbarriers
-passes the turn), so that one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
-
-FP8 (``IS_FP8``, ``kernels.attention.fp8``): Q, K, V in e4m3 with fp32 descale factors (per tensor, head
-or block: one per 64 query rows, one per K/V tile), both products on e4m3 WGMMA. V comes transposed
-(``[B, H_kv, d, N']``, keys contiguous: FP8 WGMMA reads its B operand K-major only) with the keys of every
-32 in the order of P's registers (``fa3.FP8Values``), so P goes from the accumulator to the A operand of
-P V without moving between threads (``_p_fp8``). P stays fp32 until just before that product, where two
-``cvt.rn.satfinite.e4m3x2`` pack each 4 values into one register: an e4m3 tensor carried across the loop
-would live in byte-sized registers and be re-packed every tile. P is multiplied by ``2^P_SHIFT`` (FP8's P
-scale, folded into the exponent) before its conversion, a per-tile V scale is folded into the rescaling of
-O (O is kept in units of the last tile's V scale), so the P V product still accumulates in place, and each
-tile's descales are loaded a tile ahead. Where registers allow (``fa3.fp8_row_sums``) the row sums ℓ are
-the tensor cores' too: with P V, on the same operand, P · 1 against an 8 × BLOCK_N tile of e4m3 ones in
-shared memory (an 8-column accumulator, every column a row's sum, added to ℓ in fp32). So ℓ sums the
-rounded P that multiplies V, and the softmax adds nothing per element (``fp8.emulate(..., row_sums="p8")``
-is its reference).
-
-What bounds the FP8 loop (d = 128, an H200, Nsight Compute's warp-state samples, a probe outside the
-pipeline): the exponentials. A consumer's 64 ``MUFU.EX2`` a tile, issued back to back after the row max,
-hold about two fifths of its warps' samples, waiting on the special-function unit (at d = 128 it
-exponentiates scores no faster than the e4m3 tensor cores multiply them: 16 a clock per multiprocessor
-against 4096 multiply-adds, 256 per score); the wait for S is under 1%, and issue slots are busy less
-than half the time. Tried there and not faster: a tree for the row max instead of ``gl.max``'s chain,
-starting consumer 1 a tile late, the two consumers taking turns from the exponentials to the next P V
-issue (much slower), three consumers (at BLOCK_N = 128 they spill at 160 registers a thread; at 64 slower),
-P carried between tiles as int32 words of four e4m3 (bit-identical and 4% slower, and the registers it frees
-still leave 256-key tiles and three consumers spilling, both about a fifth slower), ``ex2.approx.f16x2``
-(two ``MUFU.EX2.F16`` on sm_90), and a polynomial on the FMA units for some columns. The SASS shows where
-the exponentials sit: with the row sums on the tensor cores ptxas issues all 64 after the wait for P V, so
-the intra-warpgroup overlap hides only the row max and the exponents' FMAs behind that product. Making it
-issue them earlier took more time in a same-run probe (d = 128, N = 4096-16384, both masks; slowest first):
-fp32 row sums, all 64 before the wait; one exponential in four as a degree-3 polynomial on the FMA pipe
-(rounded to an integer by adding 1.5 · 2^23, no conversion instruction); P carried as e4m3 words made after
-the wait (48 registers fewer, 16 exponentials before it). Each lengthens the chain from the scores to the
-next tile's products, which, more than the special-function unit's rate, sets the pace.
-
-Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
+A CTA owns NUM_CONSUMERS × 64 query rows of one (batch, head) and streams that head's K/V tiles through a ring
+of NUM_STAGES shared-memory slots, each guarded by a "ready" and an "empty" mbarrier: a producer partition
+loads (TMA, or per-thread ``cp.async``) and consumer warpgroups run WGMMA and the online softmax
+(``fa3.Schedule`` says what each switch changes). FP8 (IS_FP8) runs both products on e4m3 with fp32 descales,
+V in ``fa3.FP8Values``' layout. The partitions' shared state travels in aggregates (``Variant``, ``Program``,
+``Buffers``, ...). What bounds the FP8 loop, and what was tried against it: docs/limits.md.
 """
 
 from triton.experimental import gluon
@@ -161,7 +119,8 @@ def _tma_v(desc, b, h_kv, j, bar, dst, V_T: gl.constexpr, pred=True):
 
 @gluon.jit
 def _v_operand(v_tile, V_T: gl.constexpr):
-    """V's tile as the B operand of P V, ``[BLOCK_N, d]`` (a transposed view of ``[d, BLOCK_N]`` for V_T)."""
+    """V's tile as the B operand of P V, ``[BLOCK_N, d]`` (a transposed view of ``[d, BLOCK_N]`` for V_T: FP8's
+    V comes keys-contiguous because FP8 WGMMA reads its B operand K-major only)."""
     if V_T:
         return v_tile.permute((1, 0))
     else:
@@ -234,8 +193,11 @@ def _p_fp8(p, layout: gl.constexpr):
 def _issue_row_sums(p_op, ones_smem, l_i, alpha):
     """(ℓ rescaled by the tile's factor α, the tile's row sums of P): P · 1 of the operand P V multiplies, on
     the tensor cores, asynchronously, in a fresh accumulator like ``l_i``, for the caller to add to ℓ after
-    the wait. (ℓ is not carried in the MMA's accumulator across tiles: the FP8 tensor cores add into it with
-    fewer bits than fp32, and over thousands of keys the running sum drifted.)"""
+    the wait. The ones are an 8 × BLOCK_N e4m3 tile in shared memory and the accumulator has 8 columns, each
+    a row's sum: ℓ sums the rounded P that multiplies V, and the softmax adds nothing per element
+    (``fp8.emulate(..., row_sums="p8")`` is its reference; ``fa3.fp8_row_sums`` says where registers allow
+    it). (ℓ is not carried in the MMA's accumulator across tiles: the FP8 tensor cores add into it with fewer
+    bits than fp32, and over thousands of keys the running sum drifted.)"""
     layout: gl.constexpr = l_i.type.layout
     l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, layout)), 1)
     sums = warpgroup_mma(
@@ -246,7 +208,9 @@ def _issue_row_sums(p_op, ones_smem, l_i, alpha):
 
 @gluon.jit
 def _pv_a(p, p_layout: gl.constexpr, IS_FP8: gl.constexpr):
-    """The A operand of P V from the P the loop carries (already the operand with 16 bits)."""
+    """The A operand of P V from the P the loop carries (already the operand with 16 bits). FP8 carries P in
+    fp32 to this point, where two ``cvt.rn.satfinite.e4m3x2`` pack each 4 values into one register: an e4m3
+    tensor carried across the loop would live in byte-sized registers and be re-packed every tile."""
     if IS_FP8:
         return _p_fp8(p, p_layout)
     else:
@@ -448,7 +412,8 @@ class Rows:
 @gluon.jit
 def _producer(var, descs, src, bufs, prog):
     """Loads only: the consumers' Q tiles once, then K_j and V_j into ring slot j % NUM_STAGES as soon as the
-    consumers have released it (K first: the next S = Q Kᵀ needs it before the P V product needs V)."""
+    consumers have released it (K first: the next S = Q Kᵀ needs it before the P V product needs V). It runs
+    in the CTA's 4 warps: one thread issues the TMA copies, or the warpgroup the per-thread ones."""
     STAGES: gl.constexpr = bufs.k.shape[0]
     BLOCK_N: gl.constexpr = bufs.k.shape[1]
     HEAD_DIM: gl.constexpr = bufs.k.shape[2]
@@ -519,7 +484,8 @@ def _consumer_tile(j, state, var, descs, bufs, scales, prog, mine, MASKED: gl.co
         mbarrier.wait(bufs.turn.index(C), turn_phase)
         turn_phase = turn_phase ^ 1
     s_tok = _issue_scores(mine.q_tile, bufs.k.index(slot), s_layout)
-    # O is kept in units of the last V tile's scale: the factor carries the change of scale too
+    # O is kept in units of the last V tile's scale (so P V still accumulates in place): the factor carries
+    # the change of scale too
     acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
     mbarrier.wait(bufs.v_ready.index(prev), ((j - 1) // STAGES) & 1)
     a_op = _pv_a(p, p_layout, var.IS_FP8)

@@ -1,60 +1,17 @@
 """FP8 attention forward in the FlashAttention-3 manner: Q, K, V in float8 e4m3 with fp32 descale factors.
 
-What it is: the FA-2 forward loop (one program per BLOCK_M query rows and batch·head, K/V streamed in
-BLOCK_N-row tiles, online softmax in the log2 domain, one division by ℓ at the end) with both products on
-FP8 operands: S = Q₈ K₈ᵀ with fp32 accumulation, multiplied by the Q and K descale factors of the tiles;
-P = exp2(S - m) ∈ [0, 1] multiplied by ``P_SCALE`` = 256 (a power of two, so exactly) and converted to
-e4m3, which keeps P's small entries out of e4m3's subnormal range down to 2⁻¹⁴ instead of 2⁻⁶, then
-O += P₈ V₈ with fp32 accumulation, times the V descale factor. The row sum ℓ is taken from the fp32 P
-before rounding, as FlashAttention-3 does; the FA-3 kernel (``kernel="fa3"``) takes it from the rounded P₈
-where its tensor cores sum the P they multiply (``fa3.fp8_row_sums``, by head dim and schedule). Output in
-bfloat16 or float16.
+Both products run on e4m3 operands with fp32 accumulation: S = Q₈ K₈ᵀ times the tiles' Q and K descales,
+then P V with P multiplied by ``P_SCALE`` = 256 before its cast to e4m3 (keeping P's small entries out of
+e4m3's subnormals) and O times V's descale. Scales are per tensor, per head or per block of the kernel's
+tiles (FlashAttention-3's choice), optionally after incoherent processing (``rotate``: Q and K times one
+random orthogonal matrix). On Hopper, for head dims 64, 128 and 256, the FA-3 kernel runs it
+(``kernels.attention.fa3``); elsewhere (Ada, other head dims, the interpreter) the portable Triton kernel
+here. ``attention`` quantises with the fused quantiser (``fp8_quant``) and reads nothing back, so it can
+be captured in a CUDA graph.
 
-Quantisation (``quantize``, ``dequantize``): x ≈ x₈ · scale, scale = amax / 448 (e4m3's largest finite
-value) over the granularity's group, fp32; a group that is all zeros gets scale 1; x / scale is clamped to
-±448 before the cast (saturating: torch's cast gives NaN past 448). Granularities: ``"tensor"`` (one
-scale, shape ()), ``"head"`` (one per batch·head, shape (B, H)), ``"block"`` (one per block of ``block``
-sequence rows of each batch·head, shape (B, H, ⌈N / block⌉)): FlashAttention-3's choice, with blocks equal
-to the kernel's tiles (BLOCK_M rows for Q, BLOCK_N for K and V), so each tile has one scale per operand.
-Incoherent processing (``rotation``, ``attention(..., rotate=True)``): Q and K are multiplied by the same
-random orthogonal matrix M = diag(±1) · H_d / √d (H_d Sylvester's Hadamard matrix; d a power of two)
-before quantising: (QM)(KM)ᵀ = QKᵀ, while an outlier coordinate is spread over all d. For other head dims
-M is a random orthogonal matrix from the QR factorisation of a Gaussian matrix (the same property, dense).
-
-Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, causal (aligned bottom-right, as fa2.py) or not,
-grouped-query attention (K/V heads dividing Q heads), head dims 1…256 (padded inside the kernel to a power
-of two ≥ 32, the K extent of an FP8 MMA), ``[B, H, N, d]`` tensors with any strides. Forward only (no
-backward, no logsumexp output).
-
-Interpreter vs GPU: Triton 3.6's interpreter runs ``tl.dot`` on e4m3 operands correctly (it widens them
-to float16, exactly, and accumulates in fp32), but its fp32 → e4m3 conversion is wrong (ties round up,
-a carry past the mantissa gives 1.0 for 1.97, subnormals flush to 0, values past 448 wrap). So the
-kernel's one in-kernel conversion, P → e4m3, has an ``EMULATE_P_CAST`` path for the interpreter: P is
-rounded to the nearest e4m3 value (ties to even) with fp32 bit arithmetic and multiplied with V widened to
-float16, which is what an FP8 MMA computes. On a GPU (compute capability ≥ 8.9) P is converted with the
-hardware's saturating round-to-nearest-even and both products run on FP8 tensor cores. On sm_90 Triton's
-FP8 ``tl.dot`` accumulates with the tensor core's own (reduced-precision) fp32 accumulation over the whole
-reduction unless ``max_num_imprecise_acc`` is set; that default is kept here.
-
-Two kernels run it. On Hopper (sm_90) with head dims 64, 128 and 256, the FlashAttention-3 kernel
-(``kernels.attention.fa3``, Gluon: a TMA producer warp, WGMMA consumer warpgroups with ping-pong and
-intra-warpgroup overlap; ``forward_quantized(..., kernel="fa3")``); elsewhere (Ada, other head dims, the
-interpreter) the Triton kernel below (``kernel="triton"``), which FA-3's needs of Hopper make the portable
-reference. ``attention`` quantises with the fused quantiser (``kernels.attention.fp8_quant``: one read of
-each 16-bit input, the amax on the GPU, V written transposed) and synchronises with nothing: it can be
-captured in a CUDA graph. Non-finite inputs are not checked there (that would read them back); they give
-non-finite outputs, and ``quantize_qkv(..., check_finite=True)`` raises instead.
-
-Tested: in Triton's interpreter on CPU (tests/kernels/test_fp8.py, tests/kernels/test_fp8_quant.py: odd
-lengths, d = 64 and 128, causal and not, GQA, all granularities, rotation) and on an H200 (the GPU-marked
-tests, bf16 included, both kernels, d up to 256, CUDA-graph capture). Compiled with Triton 3.6 for sm_90
-both products are ``wgmma.mma_async ... f32.e4m3.e4m3`` and P is converted by ``cvt.rn.satfinite``; for
-sm_89 ``mma.sync ... e4m3``. FP8 wgmma takes its B operand K-major only, so V is stored sequence-contiguous
-(``quantize_qkv`` does it; the Triton kernel transposes a row-major V in shared memory, much slower).
-
-Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
-configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch
-float64 replica of the kernel's arithmetic for the tests.
+Handles: any lengths, Nq ≠ Nk, causal (bottom-right) or not, grouped-query heads, head dims 1…256, any
+strides. Forward only. Tested in the interpreter (tests/kernels/test_fp8.py, test_fp8_quant.py) and on an
+H200 (the GPU-marked tests: both kernels, bf16, d up to 256, CUDA-graph capture).
 """
 
 from __future__ import annotations
@@ -342,11 +299,27 @@ def _fp8_fwd_kernel(
     EVEN_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     V_SCALE_PER_TILE: tl.constexpr,  # V's scale varies along the keys: applied per tile, not at the end
-    EMULATE_P_CAST: tl.constexpr,  # the interpreter's path (see the module docstring)
+    EMULATE_P_CAST: tl.constexpr,  # the interpreter's path (see below)
     P_SCALE: tl.constexpr,  # P is multiplied by this before its cast to e4m3 (a power of two)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    """BLOCK_M queries of one batch·head against their K/V tiles: the FA-2 forward loop with both products on
+    e4m3 operands (head dims padded to a power of two ≥ 32, the K extent of an FP8 MMA).
+
+    S = Q₈ K₈ᵀ (fp32 accumulation) times the tiles' Q and K descales; P = exp2(S − m) ∈ [0, 1] times P_SCALE
+    (a power of two: exact) cast to e4m3; O += P₈ V₈ (fp32) times V's descale, per tile or, where V's scale
+    does not vary along the keys, once at the end. ℓ sums the fp32 P before its rounding, as FlashAttention-3
+    does. On sm_90 Triton's FP8 ``tl.dot`` accumulates with the tensor cores' own reduced-precision fp32
+    unless ``max_num_imprecise_acc`` is set; that default is kept. Compiled for sm_90 both products are
+    ``wgmma ... e4m3.e4m3`` and P's cast ``cvt.rn.satfinite``, for sm_89 ``mma.sync ... e4m3`` (test_fp8.py).
+
+    EMULATE_P_CAST (the interpreter): Triton 3.6's interpreter runs ``tl.dot`` on e4m3 correctly (widened to
+    float16, exactly, with fp32 accumulation) but converts fp32 to e4m3 wrongly (ties round up, a carry past
+    the mantissa gives 1.0 for 1.97, subnormals flush to 0, values past 448 wrap). There P is rounded to the
+    nearest e4m3 value with fp32 bit arithmetic (``_round_to_e4m3``) and multiplied with V widened to float16,
+    which is what an FP8 MMA computes; on a GPU it takes the hardware's saturating round-to-nearest-even.
+    """
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1)
     off_b = (off_bh // num_heads).to(tl.int64)
