@@ -11,7 +11,8 @@ Handles: float16 and bfloat16, head dims 64, 128 and 256, causal masks aligned b
 grouped-query heads, any strides (what TMA cannot describe is copied first). Does not handle: other head
 dims or float32 (``fa2`` does), other GPUs, Triton's interpreter, dropout, varlen. Tested: compiled for
 sm_90 on the CPU, every head dim and schedule, the SASS checked (tests/kernels/test_fa3_compile.py); on an
-H200 against float64 (tests/kernels/test_fa3.py). The kernel is in ``fa3_kernels.py``.
+H200 against float64 (tests/kernels/test_fa3.py). The kernel is in ``fa3_kernels.py``, its tiles' pieces in
+``fa3_tiles.py``.
 """
 
 from __future__ import annotations
@@ -458,7 +459,7 @@ def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
 # moving a value between threads if the keys of every group of 32 are taken in another order: P's column
 # c = 16·a1 + 8·a0 + 2·t + b is the product's k = 16·a1 + 4·t + 2·a0 + b. V's keys are stored in that order
 # (``fp8_key_slots``), so the product is unchanged. The kernel reinterprets P's registers that way
-# (``fa3_kernels._p_fp8``); the fused quantiser writes V so (``fp8_quant.quantize(..., interleave=True)``).
+# (``fa3_tiles._p_fp8``); the fused quantiser writes V so (``fp8_quant.quantize(..., interleave=True)``).
 FP8_KEY_GROUP = 32
 # head dims whose FP8 kernel takes the row sums on the tensor cores (P · 1, an 8-column accumulator), ℓ the
 # sum of the rounded P, with TMA and with per-thread copies. Elsewhere the accumulator's registers make the

@@ -42,8 +42,11 @@ class QuantizedFP8(typing.NamedTuple):
 
 
 @triton.jit
-def _round_to_e4m3(x):
-    """x (fp32, |x| ≤ 448) rounded to the nearest e4m3 value, ties to even, in fp32 (the interpreter's cast)."""
+def round_to_e4m3(x):
+    """x (fp32, |x| ≤ 448) rounded to the nearest e4m3 value, ties to even, in fp32: the interpreter's cast,
+    here and for FP8 attention's P (``fp8_kernels``). Normal range (|x| ≥ 2⁻⁶): 3 mantissa bits kept by
+    integer rounding of the fp32 bits (a carry propagates into the exponent, as it should); subnormal range:
+    multiples of 2⁻⁹, by the add-and-subtract of 2²³, whose fp32 rounding is round-to-nearest-even."""
     a = tl.abs(x)
     bits = a.to(tl.uint32, bitcast=True)
     rounded = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000
@@ -241,7 +244,7 @@ def _quantize_kernel(
         # NaN stays NaN through the clamp (a select on x instead kept a second copy of the tile live)
         y = tl.clamp(tl.math.div_rn(x.to(tl.float32), scale), -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
         if EMULATE:
-            y = _round_to_e4m3(y)
+            y = round_to_e4m3(y)
         else:
             y = y.to(tl.float8e4nv)
         if TRANSPOSE:  # (d, n) tile, n contiguous: coalesced stores of V's transposed rows

@@ -36,7 +36,7 @@ import triton.language as tl
 from attention_checks import random_tensors
 
 from kernels import tolerance
-from kernels.attention import fa3, fp8, reference
+from kernels.attention import fa3, fp8, fp8_quant, reference
 
 F16, BF16 = torch.float16, torch.bfloat16
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +173,7 @@ def test_rotation_spreads_outliers():
 def _round_kernel(X, Y, N: tl.constexpr, EMULATE: tl.constexpr):
     x = tl.load(X + tl.arange(0, N))
     if EMULATE:
-        y = fp8._round_to_e4m3(x)
+        y = fp8_quant.round_to_e4m3(x)
     else:
         y = x.to(tl.float8e4nv).to(tl.float32)
     tl.store(Y + tl.arange(0, N), y)
@@ -646,9 +646,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
     import re, sys
     import triton
     from triton.backends.compiler import GPUTarget
-    from kernels.attention import fp8
+    from kernels.attention import fp8, fp8_kernels
 
-    fn = fp8._fp8_fwd_kernel
+    fn = fp8_kernels._fp8_fwd_kernel
     cfg = fp8.default_config(128)  # the shipped GPU tiles (TRITON_INTERPRET=0 here)
     consts = dict(HEAD_DIM=128, BLOCK_D=128, IS_CAUSAL=True, EVEN_N=False, EVEN_D=True, V_SCALE_PER_TILE=True,
                   EMULATE_P_CAST=False, P_SCALE=fp8.P_SCALE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n)
