@@ -7,7 +7,7 @@ tiles (FlashAttention-3's choice), optionally after incoherent processing (``rot
 random orthogonal matrix). On Hopper, for head dims 64, 128 and 256, the FA-3 kernel runs it
 (``kernels.attention.fa3``); elsewhere (Ada, other head dims, the interpreter) the portable Triton kernel
 of ``fp8_kernels.py``. ``attention`` quantises with the fused quantiser (``fp8_quant``) and reads nothing
-back, so it can be captured in a CUDA graph.
+back unless asked (``check_finite``), so it can be captured in a CUDA graph; so does ``forward_quantized``.
 
 Handles: any lengths, Nq ≠ Nk, causal (bottom-right) or not, grouped-query heads, head dims 1…256, any
 strides. Forward only. Tested in the interpreter (tests/kernels/test_fp8.py, test_fp8_quant.py) and on an
@@ -73,7 +73,7 @@ def _check_granularity(granularity: str, allowed: tuple[str, ...] = QUANTIZERS) 
 
 
 def quantize(
-    x: torch.Tensor, granularity: str = "block", block: int | None = None
+    x: torch.Tensor, granularity: str = "block", block: int | None = None, *, check_finite: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantise ``x`` ``[B, H, N, d]`` to e4m3: returns ``(x8, scale)`` with x ≈ x8.float() · scale.
 
@@ -81,9 +81,12 @@ def quantize(
     ``"block"`` (``block`` rows of the sequence axis per scale; required there, ignored otherwise).
     ``"none"`` is the unscaled control: scale 1 (shape ()), x cast to e4m3 directly, saturating at ±448.
     scale = amax / 448 over the group, 1 for an all-zero group; values are clamped to ±448 after dividing
-    (saturating). Raises ``ValueError`` for non-finite values (one host synchronisation on a GPU).
+    (saturating). A group holding NaN or Inf gets a scale of +Inf (as in the fused quantiser, ``fp8_quant``):
+    nothing is read back unless ``check_finite``, which raises ``ValueError`` for such values instead (one
+    host synchronisation on a GPU).
     """
     _check_granularity(granularity)
+    check_finite = check_flag("check_finite", check_finite)
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must be a [batch, heads, seq, head_dim] tensor, got {getattr(x, 'shape', type(x))}")
     if not x.is_floating_point() or x.dtype == FP8:
@@ -91,7 +94,7 @@ def quantize(
     b, h, n, d = x.shape
     xf = x.float()
     if granularity == "none":
-        if not bool(torch.isfinite(xf).all()):
+        if check_finite and not bool(torch.isfinite(xf).all()):
             raise ValueError("cannot quantise a tensor with NaN or Inf values")
         return xf.clamp(-E4M3_MAX, E4M3_MAX).to(FP8), xf.new_ones(())
     if granularity == "tensor":
@@ -105,9 +108,10 @@ def quantize(
         nblk = triton.cdiv(n, block)
         padded = torch.nn.functional.pad(xf, (0, 0, 0, nblk * block - n))
         amax = padded.reshape(b, h, nblk, block * d).abs().amax(dim=3) if d else xf.new_zeros((b, h, nblk))
-    if not bool(torch.isfinite(amax).all()):
+    if check_finite and not bool(torch.isfinite(amax).all()):
         raise ValueError("cannot quantise a tensor with NaN or Inf values")
-    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    amax = torch.where(torch.isnan(amax), float("inf"), amax)  # a NaN counts as +Inf, as in fp8_quant
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))  # +Inf where the group is not finite
     x8 = (xf / _expanded_scale(scale, x.shape, block)).clamp_(-E4M3_MAX, E4M3_MAX).to(FP8)
     return x8, scale
 
@@ -197,7 +201,7 @@ def config_in_effect(head_dim: int, config: FP8Config | None = None) -> FP8Confi
 # ---------------------------------------------------------------------------------------------------
 
 
-def _check_scale(name: str, scale, shape, block: int | None, values: bool = True) -> None:
+def _check_scale(name: str, scale, shape, block: int | None, values: bool = False) -> None:
     """One descale tensor against its operand's ``[B, H, N, d]`` shape: float32, and (``values``) finite
     and positive, which reads the scales back (a host synchronisation on a GPU)."""
     if not isinstance(scale, torch.Tensor):
@@ -281,14 +285,6 @@ def blocks(kernel: str, head_dim: int, config=None) -> tuple[int, int]:
 _blocks_of = blocks  # for quantize_qkv, whose argument of that name hides the function
 
 
-def _check_values(check: bool | None, device: torch.device) -> bool:
-    """Whether to read the scales back: as asked, or (None) unless a CUDA graph is being captured, where a
-    read-back would break the capture."""
-    if check is None:
-        return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-    return check_flag("check_scale_values", check)
-
-
 def forward_quantized(
     q8: torch.Tensor,
     k8: torch.Tensor,
@@ -303,7 +299,7 @@ def forward_quantized(
     kv_block: int | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
     config=None,
-    check_scale_values: bool | None = None,
+    check_scale_values: bool = False,
     p_scale: float = P_SCALE,
     kernel: str = "auto",
     schedule=None,
@@ -320,9 +316,11 @@ def forward_quantized(
         out_dtype: torch.bfloat16 or torch.float16.
         config: pins the tiles: an ``FP8Config`` (the Triton kernel; else ``KERNELS_FP8_CONFIG``) or an
             ``fa3.FA3Config`` (the FA-3 kernel; else ``KERNELS_FA3_FP8_CONFIG``).
-        check_scale_values: refuse scales that are not positive and finite (reads them back: one host
-            synchronisation per scale on a GPU); None (the default) checks except while a CUDA graph is
-            being captured; False skips it, e.g. inside a timed loop.
+        check_scale_values: refuse scales that are not positive and finite, reading them back (one host
+            synchronisation per scale on a GPU). Off by default, so that the call never waits for the GPU:
+            the scales ``quantize`` and ``quantize_qkv`` make are positive, and finite where the inputs are
+            (which their ``check_finite`` checks where the scales are made); turn it on for scales made
+            elsewhere.
         p_scale: P ∈ [0, 1] is multiplied by this before its cast to e4m3 and divided out at the end: a
             power of two from 1 (no scaling: P's small entries fall into e4m3's subnormals, the smallest
             2⁻⁹) to 256 (the default: the smallest representable P becomes 2⁻¹⁷); P · p_scale ≤ 448.
@@ -337,8 +335,10 @@ def forward_quantized(
     into it first. The Triton kernel wants ``v8`` as the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk]``
     tensor (``quantize_qkv`` makes it so); otherwise it transposes each tile in shared memory.
 
-    Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
-    shapes, scales, block sizes, kernels or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
+    Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Nothing is read back to the host unless
+    ``check_scale_values`` (the call can be captured in a CUDA graph). Raises ``TypeError``/``ValueError`` for
+    wrong dtypes, shapes, scales, block sizes, kernels or devices, and ``TypeError`` on a GPU without FP8
+    tensor cores.
     """
     causal = check_flag("causal", causal)
     fa3_values = v8 if isinstance(v8, fa3.FP8Values) else None
@@ -353,7 +353,7 @@ def forward_quantized(
     qb, kvb = blocks(which, d, config)
     q_block = qb if q_block is None else int(q_block)
     kv_block = kvb if kv_block is None else int(kv_block)
-    check = _check_values(check_scale_values, q8.device)
+    check = check_flag("check_scale_values", check_scale_values)
     for name, scale, operand, blk in (
         ("q_scale", q_scale, q8, q_block),
         ("k_scale", k_scale, k8, kv_block),
@@ -499,6 +499,7 @@ def attention(
     p_scale: float = P_SCALE,
     kernel: str = "auto",
     schedule=None,
+    check_finite: bool = False,
 ) -> torch.Tensor:
     """FP8 attention of bfloat16/float16 inputs: quantise Q, K, V to e4m3, then ``forward_quantized``.
 
@@ -510,12 +511,16 @@ def attention(
             ``"none"`` casts without scaling (the experiments' control).
         rotate: incoherent processing: Q and K multiplied by ``rotation(d, seed)`` before quantising.
         seed: the rotation's seed; config, p_scale, kernel, schedule: as in ``forward_quantized``.
+        check_finite: raise ``ValueError`` if q, k or v hold NaN or Inf: the fused quantiser counts such
+            blocks on the device, and this reads the three counts back (one host synchronisation). Without it
+            nothing is read back (the call can be captured in a CUDA graph), and non-finite inputs give
+            non-finite outputs.
 
-    Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable. Nothing is read back to
-    the host (the call can be captured in a CUDA graph); non-finite inputs give non-finite outputs.
+    Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable.
     """
     causal = check_flag("causal", causal)
     rotate = check_flag("rotate", rotate)
+    check_finite = check_flag("check_finite", check_finite)
     _check_granularity(granularity)
     check_tensors(
         q,
@@ -533,7 +538,15 @@ def attention(
     _check_schedule(schedule, which)
     qb, kvb = blocks(which, q.shape[3], config)
     q8, k8, v8, qs, ks, vs = quantize_qkv(
-        q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed, fa3_layout=which == "fa3"
+        q,
+        k,
+        v,
+        granularity,
+        blocks=(qb, kvb),
+        rotate=rotate,
+        seed=seed,
+        check_finite=check_finite,
+        fa3_layout=which == "fa3",
     )
     # (the quantiser's outputs are consistent by construction: no second round of checks)
     return _forward(q8, k8, v8, qs, ks, vs, causal, sm_scale, qb, kvb, q.dtype, config, p_scale, which, schedule)
@@ -572,8 +585,10 @@ def quantize_qkv(
     The per-block scales' rows are ``blocks`` (Q rows, K/V rows), else ``config``'s tiles (an ``FP8Config``
     or an ``fa3.FA3Config``), else the Triton kernel's defaults. ``rotate``: incoherent processing, Q and K
     multiplied by ``rotation(d, seed)`` first (one matrix product each, in their dtype with fp32
-    accumulation). ``check_finite``: raise ``ValueError`` for NaN or Inf inputs (reads a count back: one
-    synchronisation); otherwise they give non-finite scales, and so non-finite outputs."""
+    accumulation). ``check_finite``: raise ``ValueError`` for NaN or Inf inputs (reads the device-side counts
+    back together: one synchronisation); otherwise nothing is read back, and they give non-finite scales, so
+    non-finite outputs."""
+    check_finite = check_flag("check_finite", check_finite)
     d = q.shape[-1]
     qb, kvb = blocks or _blocks_of("fa3" if isinstance(config, fa3.FA3Config) else "triton", d, config)
     if rotate:
@@ -586,8 +601,7 @@ def quantize_qkv(
         fp8_quant.quantize(v, granularity, kvb, transpose=True, interleave=bool(fa3_layout)),
     ]
     if check_finite:
-        for name, part in zip(("q", "k", "v"), parts, strict=True):
-            part.check(name)
+        fp8_quant.check_finite(parts, ("q", "k", "v"))
     (q8, qs, _), (k8, ks, _), (vt8, vs, _) = parts
     if fa3_layout:
         return q8, k8, fa3.FP8Values(vt8, v.shape[2]), qs, ks, vs

@@ -6,9 +6,9 @@ own (``_tiling``); per head and per tensor a first kernel folds the blocks' amax
 atomic max (two reads of the input, one write). ``transpose`` and ``interleave`` write V as the FP8 WGMMA
 reads it (keys contiguous; in the FA-3 kernel's key order). Nothing is read back: a non-finite input gives a
 non-finite scale, and ``nonfinite`` counts such blocks on the device for a caller who asks
-(``QuantizedFP8.check``). In the interpreter, whose fp32 → e4m3 conversion is wrong, the values are rounded
-in fp32 and cast by torch. Tested in the interpreter (tests/kernels/test_fp8_quant.py), compiled for sm_90
-(no spills, 16-byte stores), and on an H200 (test_fp8.py and test_cuda_graphs.py there).
+(``QuantizedFP8.check``, ``check_finite``). In the interpreter, whose fp32 → e4m3 conversion is wrong, the
+values are rounded in fp32 and cast by torch. Tested in the interpreter (tests/kernels/test_fp8_quant.py),
+compiled for sm_90 (no spills, 16-byte stores), and on an H200 (test_fp8.py and test_cuda_graphs.py there).
 """
 
 from __future__ import annotations
@@ -36,9 +36,17 @@ class QuantizedFP8(typing.NamedTuple):
 
     def check(self, name: str = "x") -> QuantizedFP8:
         """Raise ``ValueError`` if any block held NaN or Inf (reads the count back: one synchronisation)."""
-        if int(self.nonfinite.item()):
-            raise ValueError(f"cannot quantise {name}: it holds NaN or Inf values")
+        check_finite((self,), (name,))
         return self
+
+
+def check_finite(parts: typing.Sequence[QuantizedFP8], names: typing.Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the first of ``parts`` that held NaN or Inf: their counts are read back
+    together, one synchronisation for them all."""
+    counts = torch.cat([part.nonfinite for part in parts]).tolist()
+    for name, count in zip(names, counts, strict=True):
+        if count:
+            raise ValueError(f"cannot quantise {name}: it holds NaN or Inf values")
 
 
 @triton.jit
