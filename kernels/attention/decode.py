@@ -1,20 +1,14 @@
-"""Split-KV decoding attention (FlashDecoding) in Triton.
+"""Split-KV decoding attention (FlashDecoding) in Triton: a few query rows against a long K/V cache.
 
-What it is: attention for a few query rows (decoding: query length 1…16) against a long K/V cache. The
-FA-2 forward gives such a shape only B·H programs, far fewer than a GPU has multiprocessors; here the
-key sequence is also split into ``num_splits`` chunks, one program per (chunk, batch·head) computes a
-partial output and its logsumexp over its chunk (the FA-2 inner loop, shared with
-``kernels.attention.fa2``), and a second kernel merges the partials: with L_s the chunk logsumexps and
-L = log Σ_s exp(L_s), the output is Σ_s exp(L_s − L) · O_s. The merge is exact up to rounding.
+The FA-2 forward gives such a shape only B·H programs, far fewer than a GPU has multiprocessors; here the key
+sequence is also split into ``num_splits`` chunks (by default enough to fill the GPU, each at least one key
+block): one program per (chunk, batch·head) runs the FA-2 inner loop (``common.attn_fwd_inner``) over its
+chunk, and a second kernel merges the partial outputs O_s by their logsumexps L_s: with L = log Σ_s exp(L_s),
+O = Σ_s exp(L_s − L) · O_s, exact up to rounding.
 
-Handles: query length 1…16, any key length, grouped-query K/V heads (dividing the query heads), causal
-masking aligned to the bottom-right corner (the last query row sees every key), head dims 1…256, fp16 and
-bf16 on a GPU, fp32 in exact IEEE mode, any strides. The split count is chosen from the shape (enough
-programs to fill the GPU, chunks of at least one key block) unless given.
-
-Tested: in Triton's interpreter (tests/kernels/test_decode.py) and, bf16 included, on an H200. Timed by the
-pipeline's ``decode`` experiment: with long K/V caches the split kernel streams K and V near the measured
-copy bandwidth; with short ones a call is dominated by the host-side cost of launching its two kernels.
+Handles: query length 1…16, any key length, grouped-query K/V heads, causal masks aligned bottom-right (the
+last query row sees every key), head dims 1…256, float16 and bfloat16 on a GPU, exact float32, any strides.
+Tested in the interpreter (tests/kernels/test_decode.py) and on an H200, bf16 included.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ import triton
 import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_flag, check_int, device_guard, multiprocessor_count, softmax_scale
-from kernels.attention.fa2 import _attn_fwd_inner, _check_inputs
+from kernels.attention.common import attn_fwd_inner, check_dense
 
 __all__ = ["attention", "forward", "choose_splits", "last_splits", "MAX_QUERY_LEN"]
 
@@ -99,7 +93,7 @@ def _decode_split_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     # every tile goes through the masked path: the split's last tile and the diagonal both need masks
-    acc, l_i, m_i = _attn_fwd_inner(
+    acc, l_i, m_i = attn_fwd_inner(
         acc,
         l_i,
         m_i,
@@ -203,7 +197,7 @@ def forward(
     causal = check_flag("causal", causal)
     if num_splits is not None:
         num_splits = check_int("num_splits", num_splits, minimum=1)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     if seqlen_q > MAX_QUERY_LEN:

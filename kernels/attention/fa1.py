@@ -1,29 +1,18 @@
 """FlashAttention-1 as published (Dao et al. 2022, Algorithms 1 and 4), in Triton.
 
-What it is: the FA-1 paper's loop order, kept on purpose so that the FA-1 → FA-2 gap and the FA-1 IO
-model (``analysis.core.models.fa1_forward_bytes``) can be measured on real hardware. One program per
-batch·head (the paper parallelises over batch and heads only). The *outer* loop runs over blocks of
-Bc keys/values, loaded once; the *inner* loop runs over every block of Br query rows and, for each,
-reads Q_i, O_i, ℓ_i and m_i from HBM, updates them with the new block of scores, normalises O_i, and
-writes O_i, ℓ_i and m_i back. The output is therefore re-read and re-written Tc = ⌈N / Bc⌉ times:
-this is the traffic FlashAttention-2 removes by swapping the loops.
+The paper's loop order, kept on purpose so that the FA-1 → FA-2 gap and the FA-1 IO model
+(``analysis.core.models.fa1_forward_bytes``) can be measured: one program per batch·head; the outer loop runs
+over blocks of Bc keys/values, the inner loop over every block of Br query rows, whose O_i, ℓ_i and m_i are
+read from HBM, updated, normalised and written back at every outer step (the traffic FA-2 removes by swapping
+the loops). Deliberate deviations: Br and Bc are launch parameters, not the paper's formulas of the on-chip
+memory size (Triton decides the layout; the audit's IO model uses the formulas), scores use exp2, ℓ and m stay
+fp32, and causal masking skips key blocks above the diagonal (bottom-right aligned, as ``fa2``); no dropout.
+The backward is the paper's Algorithm 4 (dQ read-modified-written in HBM at every inner step), P recomputed
+from the saved logsumexp.
 
-Deviations from the paper, each deliberate:
-- Block sizes are launch parameters (default Br = Bc = 64) rather than ⌈M/4d⌉ and min(⌈M/4d⌉, d) from
-  the on-chip memory size M: Triton decides the on-chip layout, so M is not ours to fill. The audit's
-  IO model uses the paper's formulas.
-- Scores use exp2 with a log2-scaled max (the same arithmetic as exp, fewer instructions), ℓ and m are
-  kept in fp32, and O is accumulated in fp32 inside a step and stored in the input dtype between steps
-  (the paper stores O at the working precision too).
-- Causal masking (the paper's block-sparse variant does the same) skips key blocks entirely above the
-  diagonal, aligned to the bottom-right corner as in ``kernels.attention.fa2``; no dropout.
-
-Handles: any N (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (padded in the kernel), fp16 and bf16
-on a GPU, fp32 (exact IEEE dots) in the interpreter and on a GPU, any strides. Backward: the paper's
-Algorithm 4 (outer loop over K/V blocks, dQ read-modified-written in HBM at every inner step), with P
-recomputed from the saved logsumexp; autograd through ``attention``.
-
-Tested: in Triton's interpreter (tests/kernels/test_fa1.py), forward and gradients; not yet run on a GPU.
+Handles: any lengths, Nq ≠ Nk, head dims 1…256, float16 and bfloat16 on a GPU, float32, any strides. Tested
+in the interpreter (tests/kernels/test_fa1.py) and on an H200 (the pipeline's ``ours-fa1`` rows, each checked
+against float64 before it is timed).
 """
 
 from __future__ import annotations
@@ -35,7 +24,7 @@ import triton
 import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_flag, check_int, device_guard, softmax_scale
-from kernels.attention.fa2 import _check_grad_shapes, _check_inputs
+from kernels.attention.common import check_dense, check_grad_shapes
 
 __all__ = ["attention", "forward", "backward", "DEFAULT_BLOCKS"]
 
@@ -300,7 +289,7 @@ def forward(
     ``blocks`` = (Br, Bc), powers of two ≥ 16; default ``DEFAULT_BLOCKS``.
     """
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     if k.shape[1] != q.shape[1]:
         raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
@@ -342,12 +331,12 @@ def backward(do, q, k, v, out, lse, causal: bool = False, sm_scale: float | None
     """Algorithm 4's gradients (dq, dk, dv); P recomputed from the saved logsumexp (the paper keeps ℓ and
     m, the same information). dQ is accumulated in fp32 in HBM, read and written at every step."""
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     if k.shape[1] != q.shape[1]:
         raise ValueError("FlashAttention-1 here needs as many K/V heads as query heads (no grouped-query)")
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
-    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
+    check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
     sm_scale = softmax_scale(d, sm_scale)
     block_r, block_c = _blocks(blocks)
     dq = torch.zeros((b, h, seqlen_q, d), device=q.device, dtype=torch.float32)

@@ -1,49 +1,18 @@
-"""FlashAttention-2 in Triton: the forward kernel, and a backward pass that recomputes P.
+"""FlashAttention-2 in Triton: exact attention computed tile by tile, and a backward pass that recomputes P.
 
-What it is: exact softmax attention ``softmax(Q Kᵀ · sm_scale) V`` computed tile by tile, following the
-FlashAttention-2 paper's loop order: one program per (block of BLOCK_M query rows, batch·head); the
-program keeps its Q tile, an fp32 output accumulator and the running row max ``m`` and row sum ``ℓ`` on
-chip, streams K and V through in BLOCK_N-row tiles, and never writes an N×N matrix. The softmax is the
-online one: scores are kept in the log2 domain (``exp2`` is the native instruction), the accumulator is
-rescaled by ``exp2(m_old - m_new)`` when the max grows, and the division by ℓ is deferred to the very end
-("lazy rescaling": no division inside the loop; ``forward(..., rescale="eager")`` normalises at every
-K/V tile instead, as FlashAttention-1 does, for the ablation). The row logsumexp (natural log) is written
-out for a backward pass.
+The FA-2 paper's loop order: one program per (BLOCK_M query rows, batch·head) keeps its Q tile, an fp32
+accumulator and the running row max and sum on chip while K and V stream through in BLOCK_N-row tiles, so
+no N×N matrix is ever written. The online softmax runs in the log2 domain and divides by ℓ once, at the end
+(``rescale="eager"``: FA-1's division at every tile, for the ablation); the row logsumexp is written for the
+backward, which recomputes P from it in two deterministic passes (dK/dV per key block, dQ per query block).
+Causal masks are aligned bottom-right (query i sees key j iff j <= i + Nk - Nq): tiles hidden from a whole
+Q tile are skipped, and only tiles crossing the diagonal or a sequence end run the masked loop.
 
-Causal masking is aligned to the bottom-right corner when seqlen_q ≠ seqlen_k, as in FlashAttention ≥ 2.1:
-query row i sees key j iff ``j <= i + seqlen_k - seqlen_q``. K/V tiles that are fully masked for a Q tile
-are never loaded; tiles fully visible run an unmasked loop and only the tiles crossing the diagonal or
-the sequence end run the masked one. Query rows that see no key at all (possible only when
-seqlen_q > seqlen_k) produce zeros and a logsumexp of -inf.
-
-Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, head dims 1…256 (padded inside the kernel to a
-power of two ≥ 16; the padded lanes are masked, never read from memory), float16 and bfloat16 on the
-GPU, float32 as an exact (IEEE, not TF32) teaching/testing mode, ``[batch, heads, seq, head_dim]``
-tensors with arbitrary strides. Backward (``backward``, and autograd through ``attention``): the FA-2
-paper's recomputation from the saved logsumexp. Deterministic: Δ = rowsum(dO ∘ O) from a small
-preprocess kernel, then two passes (dK/dV per key block, dQ per query block) and no atomics; each pass
-splits its tiles into an unmasked fast loop and a masked loop for the tiles crossing the causal diagonal
-or a sequence end, as the forward does. Backward tiles per head dim come from an H200 sweep
-(``default_bwd_configs``), pinnable per pass or through ``KERNELS_FA2_BWD_CONFIG``. Grouped-query and
-multi-query attention: K/V may have fewer heads than Q, as long as they divide them (query head h reads
-K/V head h // (H / H_kv)). Variable-length batches (``attention_varlen``, ``forward_varlen``,
-``backward_varlen``): sequences packed end to end as ``[tokens, heads, head_dim]`` with int32
-``cu_seqlens`` offsets, no padding computed; the same kernels with an ``IS_VARLEN`` constexpr (each
-program reads its sequence's start and length; the grid spans the longest sequence and programs past
-their sequence's end return at once), so the dense path compiles to the same code as without it.
-Causal masks are aligned bottom-right per sequence. Does not handle: dropout, attention bias, paged KV.
-
-Tested: in Triton's interpreter on CPU (float16, float32; odd shapes: tests/kernels/test_fa2_*.py) and,
-for the forward, on an NVIDIA H200 with Triton 3.6 (float16, bfloat16, d = 64 … 256, N = 512 … 65536:
-every benchmark point of the pipeline is checked against float64 before it is timed). The backward's
-tile sweep was run on the H200 with the backward as it was before the Δ kernel and the masked/unmasked
-split; the current backward, the eager-rescaling mode and the varlen path have been run only in the
-interpreter and compiled (not run) for sm_90a.
-
-Layers: the ``@triton.jit`` kernels (forward, then backward) are in ``fa2_kernels.py``, the launch
-configurations and the forward's tuner in ``fa2_config.py``; here, top to bottom: the launchers ``forward``
-and ``backward`` (checks, allocation, grid), dense then packed; the ``autograd.Function``s; the public
-functions ``attention`` and ``attention_varlen``.
+Handles: any lengths, Nq ≠ Nk, head dims 1…256, float16 and bfloat16 on a GPU, exact float32, any strides,
+grouped-query K/V heads, variable-length batches packed end to end (``attention_varlen``). Does not handle:
+dropout, attention bias, paged KV. Tested in the interpreter (tests/kernels/test_fa2_*.py) and on an H200
+(the pipeline checks every point against float64 before timing it). Kernels in ``fa2_kernels.py``, tiles
+and the tuner in ``fa2_config.py``; here the launchers, the ``autograd.Function``s and the public functions.
 """
 
 from __future__ import annotations
@@ -54,20 +23,12 @@ import itertools
 import torch
 import triton
 
-from kernels._runtime import (
-    check_bf16,
-    check_device,
-    check_flag,
-    check_int,
-    device_guard,
-    host_values,
-    softmax_scale,
-)
+from kernels._runtime import check_bf16, check_flag, check_int, device_guard, host_values, softmax_scale
 from kernels.attention import fa2_config
+from kernels.attention.common import MAX_HEAD_DIM, check_dense, check_grad_shapes, check_tensors
 from kernels.attention.fa2_config import (  # noqa: F401  (part of fa2's interface: fa2.FA2Config, fa2.CONFIG_ENV, ...)
     BWD_CONFIG_ENV,
     CONFIG_ENV,
-    MAX_HEAD_DIM,
     FA2BwdConfig,
     FA2Config,
     bwd_configs_in_effect,
@@ -80,7 +41,6 @@ from kernels.attention.fa2_kernels import (
     _attn_bwd_delta_kernel,
     _attn_bwd_dkdv_kernel,
     _attn_bwd_dq_kernel,
-    _attn_fwd_inner,  # noqa: F401  (decode.py imports it from here)
     _attn_fwd_kernel,
 )
 
@@ -90,6 +50,7 @@ __all__ = [
     "attention",
     "attention_varlen",
     "forward",
+    "forward_kernel",
     "forward_varlen",
     "backward",
     "backward_varlen",
@@ -100,9 +61,6 @@ __all__ = [
     "last_bwd_config",
     "MAX_HEAD_DIM",
 ]
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_LOG2E = 1.4426950408889634
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -134,56 +92,6 @@ def _eager_rescale(rescale: str) -> bool:
     if rescale not in RESCALE_MODES:
         raise ValueError(f"rescale must be one of {RESCALE_MODES}, got {rescale!r}")
     return rescale == "eager"
-
-
-def _check_tensors(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    ndim: int,
-    layout: str,
-    dense: bool = False,
-    dtypes: tuple = SUPPORTED_DTYPES,
-    dtype_note: str = "supported: float16, bfloat16, float32",
-) -> None:
-    """The checks shared by the dense and the packed layouts (heads on dim 1, head_dim last), and by the
-    FP8 kernel's 16-bit entry point (``dtypes``, ``dtype_note``); the callers whose products are in the
-    inputs' dtype add ``check_bf16``."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != ndim:
-            raise ValueError(f"{name} must be {layout}, got shape {tuple(t.shape)}")
-        if t.dtype not in dtypes:
-            raise TypeError(f"{name} has dtype {t.dtype}; {dtype_note}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    check_device(q, k, v, names=("q", "k", "v"))
-    check_shapes(q, k, v, dense=dense)
-
-
-def check_shapes(q, k, v, names: tuple[str, str, str] = ("q", "k", "v"), dense: bool = False) -> None:
-    """The shape rules every attention kernel here shares (heads on dim 1, head_dim last): K and V alike,
-    K/V heads dividing the query heads, a supported head_dim; ``dense``: ``[batch, heads, seq, head_dim]``
-    with K/V matching Q in batch and head_dim. ``names`` are the tensors' names in the messages."""
-    nq, nk, nv = names
-    h, d = q.shape[1], q.shape[-1]
-    if k.shape != v.shape:
-        raise ValueError(f"{nk} and {nv} must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if dense and (k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]):
-        raise ValueError(f"{nk}/{nv} shape {tuple(k.shape)} does not match {nq} {tuple(q.shape)} in batch or head_dim")
-    if (k.shape[1] == 0 and h != 0) or (k.shape[1] and h % k.shape[1]):
-        raise ValueError(
-            f"{nk}/{nv} have {k.shape[1]} heads, which must divide {nq}'s {h} (grouped-query / multi-query attention)"
-        )
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {d} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
-
-
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Dense ``[batch, heads, seq, head_dim]`` inputs (also used by fa1.py and decode.py)."""
-    _check_tensors(q, k, v, 4, "[batch, heads, seq, head_dim]", dense=True)
-    check_bf16(q.dtype, q.device, "q")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +144,7 @@ def _check_max(name: str, given, longest: int, total: int) -> int:
 
 
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> _Packing:
-    _check_tensors(q, k, v, 3, "[total_tokens, heads, head_dim]")
+    check_tensors(q, k, v, 3, "[total_tokens, heads, head_dim]")
     check_bf16(q.dtype, q.device, "q")
     if k.shape[2] != q.shape[2]:
         raise ValueError(f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)} in head_dim")
@@ -340,6 +248,12 @@ def _launch_forward(
     return chosen
 
 
+def forward_kernel():
+    """The ``@triton.jit`` forward kernel the launcher runs (the tuner wraps it), also for compiling it for a
+    target without a GPU (the compiled family)."""
+    return _attn_fwd_kernel
+
+
 def forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -359,10 +273,12 @@ def forward(
     the row sum ℓ once at the end; ``"eager"`` (the ablation) divides the running output by ℓ after every
     K/V tile, un-normalising it before the next tile's P·V is added, as FlashAttention-1 does. Both give
     the same attention up to rounding; eager costs an extra multiply and a division per tile.
+
+    A query row that sees no key (causal, Nq > Nk) gives zeros and a logsumexp of -inf.
     """
     eager = _eager_rescale(rescale)
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
     sm_scale = softmax_scale(d, sm_scale)
@@ -480,9 +396,9 @@ def backward(
     input dtype, contiguous, shaped like q, k, v.
     """
     causal = check_flag("causal", causal)
-    _check_inputs(q, k, v)
+    check_dense(q, k, v)
     b, h, seqlen_q, d = q.shape
-    _check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
+    check_grad_shapes(do, out, lse, q.shape, (b, h, seqlen_q), q)
     sm_scale = softmax_scale(d, sm_scale)
     configs = bwd_configs_in_effect(d, causal, q, dkdv_config, dq_config)
     _LAST_BWD_CONFIG[0] = configs
@@ -520,28 +436,6 @@ def backward(
         varlen=False,
     )
     return dq, dk, dv
-
-
-def _check_grad_shapes(do, out, lse, q_shape, lse_shape, q: torch.Tensor | None = None) -> None:
-    """The backward's side inputs: tensors of the forward's shapes (``do`` and ``out`` like q, ``lse`` of
-    ``lse_shape``) on q's device; ``out`` in q's dtype (its rows are read in it), ``lse`` float32."""
-    for name, t in (("grad_out", do), ("out", out), ("lse", lse)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if q is not None and t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if q is not None and out.dtype != q.dtype:
-        raise TypeError(f"out must have q's dtype {q.dtype} (the forward's output), got {out.dtype}")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"lse must be float32 (the forward's logsumexp), got {lse.dtype}")
-    if not do.is_floating_point():
-        raise TypeError(f"grad_out must be floating point, got {do.dtype}")
-    if do.shape != q_shape:
-        raise ValueError(f"grad_out has shape {tuple(do.shape)}, expected {tuple(q_shape)}")
-    if out.shape != q_shape:
-        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(q_shape)}")
-    if lse.shape != lse_shape:
-        raise ValueError(f"lse has shape {tuple(lse.shape)}, expected {tuple(lse_shape)}")
 
 
 def _backward_packed(do, q, k, v, out, lse, packing: _Packing, causal, sm_scale, dkdv_config, dq_config):
@@ -606,7 +500,7 @@ def backward_varlen(
     """
     causal = check_flag("causal", causal)
     packing = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _check_grad_shapes(do, out, lse, q.shape, (q.shape[1], q.shape[0]), q)
+    check_grad_shapes(do, out, lse, q.shape, (q.shape[1], q.shape[0]), q)
     sm_scale = softmax_scale(q.shape[2], sm_scale)
     return _backward_packed(do, q, k, v, out, lse, packing, causal, sm_scale, dkdv_config, dq_config)
 

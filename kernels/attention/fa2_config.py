@@ -26,9 +26,8 @@ import torch
 import triton
 
 from kernels._runtime import INTERPRET, check_int
+from kernels.attention.common import check_head_dim
 from kernels.attention.fa2_kernels import _fwd_heuristic_kernel
-
-MAX_HEAD_DIM = 256
 
 CONFIG_ENV = "KERNELS_FA2_CONFIG"
 
@@ -246,8 +245,7 @@ def bwd_fits(which: str, cfg: FA2Config, block_d: int, elem_bytes: int, smem_lim
 def gpu_bwd_configs(head_dim: int, causal: bool, *, elem_bytes: int = 2, smem_limit: int) -> FA2BwdConfig:
     """The backward tiles for a GPU with ``smem_limit`` bytes of shared memory per block: the H200
     sweep's best for this head dim when it fits (``bwd_fits``), else the first fallback that does."""
-    if not 1 <= head_dim <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {head_dim} is not supported: this kernel handles 1 to {MAX_HEAD_DIM}")
+    check_head_dim(head_dim)
     block_d = max(16, triton.next_power_of_2(head_dim))
     swept = _BWD_SWEEP_H200[(max(64, block_d), bool(causal))]
     chosen = []

@@ -1,17 +1,20 @@
 """The Triton kernels of FlashAttention-2 (``kernels.attention.fa2``): forward, and the backward passes.
 
-Forward (``_attn_fwd_kernel`` over ``_attn_fwd_inner``), then the backward: Δ (``_attn_bwd_delta_kernel``),
-dK/dV (``_attn_bwd_dkdv_kernel`` over ``_attn_bwd_dkdv_tiles``) and dQ (``_attn_bwd_dq_kernel`` over
-``_attn_bwd_dq_tiles``). Every kernel but Δ's takes the dense ``[B, H, N, d]`` layout or, with
-``IS_VARLEN``, packed ``[tokens, H, d]`` sequences located by int32 ``cu_seqlens`` offsets (the batch
-stride is then 0 and each program moves its base pointers to its sequence's first token).
+Forward (``_attn_fwd_kernel`` over ``common.attn_fwd_inner``, the loop decoding shares), then the backward:
+Δ (``_attn_bwd_delta_kernel``), dK/dV (``_attn_bwd_dkdv_kernel`` over ``_attn_bwd_dkdv_tiles``) and dQ
+(``_attn_bwd_dq_kernel`` over ``_attn_bwd_dq_tiles``). Every kernel but Δ's takes the dense ``[B, H, N, d]``
+layout or, with ``IS_VARLEN``, packed ``[tokens, H, d]`` sequences located by int32 ``cu_seqlens`` offsets
+(the batch stride is then 0, each program moves its base pointers to its sequence's first token, and the
+grid spans the longest sequence: programs past their own sequence's end return at once).
 
 Only ``@triton.jit`` code lives here; configuration, launchers, autograd and the public functions are in
-``fa2.py``, which is what callers import. Split out once the op passed ~800 lines (see STYLE.md).
+``fa2.py``, which is what callers import.
 """
 
 import triton
 import triton.language as tl
+
+from kernels.attention.common import attn_fwd_inner, key_tile_bounds
 
 # ---------------------------------------------------------------------------------------------------
 # Triton kernels
@@ -19,142 +22,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _load_kv_tile(ptrs, cols, offs_d, seqlen_k, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr):
-    """One (BLOCK_N, BLOCK_D) tile of K or V: rows past ``seqlen_k`` (masked tiles only) and head-dim
-    padding columns read as 0."""
-    if MASKED:
-        mask = cols[:, None] < seqlen_k
-        if not EVEN_D:
-            mask = mask & (offs_d[None, :] < HEAD_DIM)
-        tile = tl.load(ptrs, mask=mask, other=0.0)
-    elif EVEN_D:
-        tile = tl.load(ptrs)
-    else:
-        tile = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
-    return tile
-
-
-@triton.jit
-def _mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL: tl.constexpr):
-    """Scores of keys past ``seqlen_k`` and, if causal, right of the bottom-right-aligned diagonal → -inf."""
-    keep = cols[None, :] < seqlen_k
-    if IS_CAUSAL:
-        keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
-    return tl.where(keep, qk, float("-inf"))
-
-
-@triton.jit
-def _attn_fwd_inner(
-    acc,  # (BLOCK_M, BLOCK_D) fp32 output so far: unnormalised (lazy), or divided by l_i (eager)
-    l_i,  # (BLOCK_M,) fp32, running row sum of exp2
-    m_i,  # (BLOCK_M,) fp32, running row max in the scaled log2 domain
-    q,  # (BLOCK_M, BLOCK_D) input dtype, pre-loaded
-    k_ptrs,  # (BLOCK_N, BLOCK_D) pointers to the first K tile of this batch·head
-    v_ptrs,  # (BLOCK_N, BLOCK_D) pointers to the first V tile
-    stride_kn,
-    stride_vn,
-    offs_m,
-    offs_n,
-    offs_d,
-    lo,
-    hi,
-    seqlen_k,
-    diag,  # seqlen_k - seqlen_q: bottom-right causal alignment
-    qk_scale,  # sm_scale * log2(e)
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    EVEN_D: tl.constexpr,
-    IS_FP32: tl.constexpr,
-    EAGER_RESCALE: tl.constexpr = False,
-):
-    """Stream the K/V tiles [lo, hi) through the online softmax of one Q tile.
-
-    Lazy rescaling (default): ``acc`` stays unnormalised and the caller divides by ℓ once, at the end.
-    ``EAGER_RESCALE``: ``acc`` is kept normalised after every tile, as FlashAttention-1 does
-    (O ← diag(ℓ_new)⁻¹ (diag(ℓ_old) e^{m_old - m_new} O + P̃ V)): an extra BLOCK_M×BLOCK_D multiply and a
-    division per tile, for the rescaling ablation.
-    """
-    k_ptrs += lo * stride_kn
-    v_ptrs += lo * stride_vn
-    for start_n in range(lo, hi, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        cols = start_n + offs_n
-        k = _load_kv_tile(k_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
-        if IS_FP32:
-            # the fp32 mode exists to be exact; Triton's default for an fp32 dot is TF32
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            qk = tl.dot(q, tl.trans(k))
-        if MASKED:
-            qk = _mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL)
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        if MASKED:
-            # a row that has seen no visible key still has m = -inf; exp2(-inf - -inf) would be NaN
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_use = m_new
-        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_new = l_i * alpha + tl.sum(p, 1)
-        if EAGER_RESCALE:
-            acc = acc * (l_i * alpha)[:, None]  # un-normalise with the old ℓ (and the new max)
-        else:
-            acc = acc * alpha[:, None]
-        v = _load_kv_tile(v_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
-        if IS_FP32:
-            acc = tl.dot(p, v, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        if EAGER_RESCALE:
-            if MASKED:  # a row that has seen no visible key yet has ℓ = 0 and acc = 0: keep it 0
-                acc = acc / tl.where(l_new > 0.0, l_new, 1.0)[:, None]
-            else:  # every row sees a key of an unmasked tile: ℓ ≥ 1
-                acc = acc / l_new[:, None]
-        l_i = l_new
-        m_i = m_new
-        k_ptrs += BLOCK_N * stride_kn
-        v_ptrs += BLOCK_N * stride_vn
-    return acc, l_i, m_i
-
-
-@triton.jit
 def _sequence(CU, off_b):
     """Start (int64) and length (int32) of sequence ``off_b`` of a packed batch, from its offsets ``CU``."""
     start = tl.load(CU + off_b).to(tl.int64)
     return start, (tl.load(CU + off_b + 1) - start).to(tl.int32)
-
-
-@triton.jit
-def _key_tile_bounds(
-    start_m,
-    seqlen_q,
-    seqlen_k,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    EVEN_N: tl.constexpr,
-):
-    """Key range of the query block at ``start_m``: ``(diag, full_hi, hi)``.
-
-    Keys in [0, full_hi) are visible to every row of the block (the unmasked fast loop); [full_hi, hi)
-    are tiles that cross the causal diagonal or the sequence end (masked); keys from hi on are hidden.
-    ``diag`` = seqlen_k − seqlen_q aligns the causal mask to the bottom-right corner (0 when not causal).
-    """
-    if IS_CAUSAL:
-        diag = seqlen_k - seqlen_q
-        first_partial = tl.maximum(start_m + diag + 1, 0)  # keys below this are visible to every row
-        full_hi = (first_partial // BLOCK_N) * BLOCK_N
-        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), full_hi)
-    else:
-        diag = 0
-        if EVEN_N:
-            full_hi = seqlen_k
-        else:
-            full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
-        hi = seqlen_k
-    return diag, full_hi, hi
 
 
 @triton.jit
@@ -242,9 +113,9 @@ def _attn_fwd_kernel(
 
     # Split the K/V range into tiles every row of this Q tile sees whole (no mask: the fast loop) and
     # tiles that cross the causal diagonal or the sequence end (masked); tiles past both are skipped.
-    diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
+    diag, full_hi, hi = key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
 
-    acc, l_i, m_i = _attn_fwd_inner(
+    acc, l_i, m_i = attn_fwd_inner(
         acc,
         l_i,
         m_i,
@@ -269,7 +140,7 @@ def _attn_fwd_kernel(
         IS_FP32,
         EAGER_RESCALE,
     )
-    acc, l_i, m_i = _attn_fwd_inner(
+    acc, l_i, m_i = attn_fwd_inner(
         acc,
         l_i,
         m_i,
@@ -807,7 +678,7 @@ def _attn_bwd_dq_kernel(
 
     # Key tiles as in the forward: [0, full_hi) visible to every row of the block (the fast loop),
     # [full_hi, hi) crossing the causal diagonal or the sequence end (masked); the rest is hidden.
-    diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
+    diag, full_hi, hi = key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     dq = _attn_bwd_dq_tiles(

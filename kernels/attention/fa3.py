@@ -1,26 +1,18 @@
-"""FlashAttention-3's forward for Hopper GPUs (sm_90), written in Gluon; its backward is FA-2's.
+"""FlashAttention-3's forward for Hopper (sm_90) in Gluon, and FP8's use of it; the backward is FA-2's.
 
-What it is: the FA-2 algorithm (online softmax over K/V tiles, lazy rescaling, the row logsumexp saved for
-a backward pass) on FlashAttention-3's schedule: a producer warp issuing TMA loads into a ring of
-mbarrier-guarded shared-memory buffers, two consumer warpgroups of 64 query rows each running WGMMA and the
-softmax, registers moved to the consumers (``setmaxnreg``), ping-pong between the consumers and, inside
-each, the softmax of tile j overlapped with the P V product of tile j-1. Each technique has a switch
-(``Schedule``); "off" is the plainer schedule of the same kernel, so an ablation measures one kernel.
+The FA-2 algorithm on FlashAttention-3's schedule: a producer loading K/V with TMA into a ring of
+mbarrier-guarded shared-memory slots, two consumer warpgroups of 64 query rows running WGMMA and the
+softmax with the producer's registers (``setmaxnreg``), ping-pong between them and, inside each, the softmax
+of one tile overlapping the P V product of the one before. Each technique can be switched off
+(``Schedule``), so the ablation measures one kernel. FP8 (``forward_fp8``, called by ``fp8.py``): the same
+kernel on e4m3 inputs, V in a layout of its own (``FP8Values``), without ping-pong by default.
 
-Handles: float16 and bfloat16; head dims 64, 128 and 256; causal masks aligned bottom-right; Nq ≠ Nk and any
-sequence length (TMA zero-fills rows past the end, which are then masked); grouped-query / multi-query K/V
-heads; any strides (tensors whose strides TMA cannot describe are copied to contiguous ones first).
-Returns O and the logsumexp as ``fa2.forward`` does; ``attention`` is differentiable through FA-2's
-backward. Does not handle: other head dims or float32 (``fa2`` does), GPUs other than sm_90, Triton's
-interpreter (Gluon does not run there), dropout, varlen. FP8 (``forward_fp8``, called by ``fp8.py``): the
-same kernel on e4m3 Q, K and V, V in a layout of its own (``FP8Values``), by default without ping-pong
-(``FP8_SCHEDULE``).
-
-Tested: compiled for sm_90 on the CPU for every head dim and schedule, with the SASS checked for the
-design's instructions (tests/kernels/test_fa3_compile.py); on an H200 against float64 on odd shapes,
-every schedule, and the backward through it (tests/kernels/test_fa3.py). Layers: configuration and
-schedules; checks; the launcher; the ``autograd.Function``; the public ``attention``. The kernel is in
-``fa3_kernels.py``.
+Handles: float16 and bfloat16, head dims 64, 128 and 256, causal masks aligned bottom-right, any lengths,
+grouped-query heads, any strides (what TMA cannot describe is copied first). Does not handle: other head
+dims or float32 (``fa2`` does), other GPUs, Triton's interpreter, dropout, varlen. Tested: compiled for
+sm_90 on the CPU, every head dim and schedule, the SASS checked (tests/kernels/test_fa3_compile.py); on an
+H200 against float64 (tests/kernels/test_fa3.py). The kernel is in ``fa3_kernels.py``, its tiles' pieces in
+``fa3_tiles.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +28,7 @@ import triton
 
 from kernels._runtime import INTERPRET, check_flag, compute_capability, device_guard, softmax_scale
 from kernels.attention import fa2
+from kernels.attention.common import check_tensors
 
 __all__ = [
     "FA3Config",
@@ -56,6 +49,7 @@ __all__ = [
     "default_config",
     "last_config",
     "kernel_specialisation",
+    "forward_kernel",
     "kernel_for_lengths",
     "q_tile_rows",
     "schedule_of",
@@ -266,7 +260,7 @@ def _check_head_dim(head_dim: int) -> None:
 
 
 def _check_inputs(q, k, v, causal) -> None:
-    fa2._check_tensors(
+    check_tensors(
         q,
         k,
         v,
@@ -440,14 +434,19 @@ def _launch(
         )
 
 
-def kernel_for_lengths(seqlen_q: int, seqlen_k: int):
-    """The kernel object ``_launch`` runs for these lengths: ``fa3_kernels._fa3_fwd_kernel``, or where a length
-    is 1 its copy that never specialises the lengths (``_fa3_fwd_kernel_any_length``: why, there)."""
+def forward_kernel(any_length: bool = False):
+    """The Gluon kernel ``forward`` and ``forward_fp8`` launch (``kernel_specialisation`` gives a variant's
+    constexprs and launch options), also for compiling it without a GPU (the compile tests, the compiled
+    family). ``any_length``: its copy that never specialises the sequence lengths, launched where one is 1
+    (``fa3_kernels._fa3_fwd_kernel_any_length`` says why)."""
     from kernels.attention import fa3_kernels
 
-    if min(seqlen_q, seqlen_k) == 1:
-        return fa3_kernels._fa3_fwd_kernel_any_length
-    return fa3_kernels._fa3_fwd_kernel
+    return fa3_kernels._fa3_fwd_kernel_any_length if any_length else fa3_kernels._fa3_fwd_kernel
+
+
+def kernel_for_lengths(seqlen_q: int, seqlen_k: int):
+    """The kernel object ``_launch`` runs for these lengths (``forward_kernel``)."""
+    return forward_kernel(any_length=min(seqlen_q, seqlen_k) == 1)
 
 
 def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
@@ -460,7 +459,7 @@ def scale_strides(scale: torch.Tensor) -> tuple[int, int, int]:
 # moving a value between threads if the keys of every group of 32 are taken in another order: P's column
 # c = 16·a1 + 8·a0 + 2·t + b is the product's k = 16·a1 + 4·t + 2·a0 + b. V's keys are stored in that order
 # (``fp8_key_slots``), so the product is unchanged. The kernel reinterprets P's registers that way
-# (``fa3_kernels._p_fp8``); the fused quantiser writes V so (``fp8_quant.quantize(..., interleave=True)``).
+# (``fa3_tiles._p_fp8``); the fused quantiser writes V so (``fp8_quant.quantize(..., interleave=True)``).
 FP8_KEY_GROUP = 32
 # head dims whose FP8 kernel takes the row sums on the tensor cores (P · 1, an 8-column accumulator), ℓ the
 # sum of the rounded P, with TMA and with per-thread copies. Elsewhere the accumulator's registers make the

@@ -1,53 +1,11 @@
-"""The Gluon kernel of FlashAttention-3's forward (``kernels.attention.fa3``), for Hopper (sm_90).
+"""The Gluon kernel of FlashAttention-3's forward for Hopper (sm_90), 16-bit and FP8 (``kernels.attention.fa3``).
 
-One CTA owns ``NUM_CONSUMERS × BLOCK_M`` query rows of one (batch, head) and streams that head's K/V tiles
-through a ring of ``NUM_STAGES`` shared-memory buffers, each guarded by a "ready" and an "empty" mbarrier.
-With ``WARP_SPECIALIZE`` the CTA splits into partitions (``gl.warp_specialize``): a producer that only
-issues loads (one warp with TMA, a warpgroup with per-thread ``cp.async``), and ``NUM_CONSUMERS`` consumer
-warpgroups that only run WGMMA and the online softmax, each owning ``BLOCK_M`` (64) rows, with registers
-moved from the producer to the consumers (``setmaxnreg``). Without it, one partition of
-``4 · NUM_CONSUMERS`` warps issues its own TMA loads a ring ahead (the schedule FA-2-class kernels use).
-
-Within a consumer (``OVERLAP``), iteration j issues S_j = Q K_jᵀ and then O += P_{j-1} V_{j-1}, and waits
-only for S_j before its softmax, so the exponentials of tile j run while the tensor cores finish tile
-j-1's product. ``PINGPONG`` makes the two consumers take turns issuing those GEMMs (a pair of mbarriers
-passes the turn), so that one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
-
-FP8 (``IS_FP8``, ``kernels.attention.fp8``): Q, K, V in e4m3 with fp32 descale factors (per tensor, head
-or block: one per 64 query rows, one per K/V tile), both products on e4m3 WGMMA. V comes transposed
-(``[B, H_kv, d, N']``, keys contiguous: FP8 WGMMA reads its B operand K-major only) with the keys of every
-32 in the order of P's registers (``fa3.FP8Values``), so P goes from the accumulator to the A operand of
-P V without moving between threads (``_p_fp8``). P stays fp32 until just before that product, where two
-``cvt.rn.satfinite.e4m3x2`` pack each 4 values into one register: an e4m3 tensor carried across the loop
-would live in byte-sized registers and be re-packed every tile. P is multiplied by ``2^P_SHIFT`` (FP8's P
-scale, folded into the exponent) before its conversion, a per-tile V scale is folded into the rescaling of
-O (O is kept in units of the last tile's V scale), so the P V product still accumulates in place, and each
-tile's descales are loaded a tile ahead. Where registers allow (``fa3.fp8_row_sums``) the row sums ℓ are
-the tensor cores' too: with P V, on the same operand, P · 1 against an 8 × BLOCK_N tile of e4m3 ones in
-shared memory (an 8-column accumulator, every column a row's sum, added to ℓ in fp32). So ℓ sums the
-rounded P that multiplies V, and the softmax adds nothing per element (``fp8.emulate(..., row_sums="p8")``
-is its reference).
-
-What bounds the FP8 loop (d = 128, an H200, Nsight Compute's warp-state samples, a probe outside the
-pipeline): the exponentials. A consumer's 64 ``MUFU.EX2`` a tile, issued back to back after the row max,
-hold about two fifths of its warps' samples, waiting on the special-function unit (at d = 128 it
-exponentiates scores no faster than the e4m3 tensor cores multiply them: 16 a clock per multiprocessor
-against 4096 multiply-adds, 256 per score); the wait for S is under 1%, and issue slots are busy less
-than half the time. Tried there and not faster: a tree for the row max instead of ``gl.max``'s chain,
-starting consumer 1 a tile late, the two consumers taking turns from the exponentials to the next P V
-issue (much slower), three consumers (at BLOCK_N = 128 they spill at 160 registers a thread; at 64 slower),
-P carried between tiles as int32 words of four e4m3 (bit-identical and 4% slower, and the registers it frees
-still leave 256-key tiles and three consumers spilling, both about a fifth slower), ``ex2.approx.f16x2``
-(two ``MUFU.EX2.F16`` on sm_90), and a polynomial on the FMA units for some columns. The SASS shows where
-the exponentials sit: with the row sums on the tensor cores ptxas issues all 64 after the wait for P V, so
-the intra-warpgroup overlap hides only the row max and the exponents' FMAs behind that product. Making it
-issue them earlier took more time in a same-run probe (d = 128, N = 4096-16384, both masks; slowest first):
-fp32 row sums, all 64 before the wait; one exponential in four as a degree-3 polynomial on the FMA pipe
-(rounded to an integer by adding 1.5 · 2^23, no conversion instruction); P carried as e4m3 words made after
-the wait (48 registers fewer, 16 exponentials before it). Each lengthens the chain from the scores to the
-next tile's products, which, more than the special-function unit's rate, sets the pace.
-
-Only ``@gluon.jit`` code lives here; configuration, checks and the launcher are in ``fa3.py``.
+A CTA owns NUM_CONSUMERS × 64 query rows of one (batch, head) and streams that head's K/V tiles through a ring
+of NUM_STAGES shared-memory slots, each guarded by a "ready" and an "empty" mbarrier: a producer partition
+loads (TMA, or per-thread ``cp.async``) and consumer warpgroups run WGMMA and the online softmax
+(``fa3.Schedule`` says what each switch changes). FP8 (IS_FP8) runs both products on e4m3 with fp32 descales,
+V in ``fa3.FP8Values``' layout. The partitions' shared state travels in aggregates (``Variant``, ``Program``,
+``Buffers``, ...). What bounds the FP8 loop, and what was tried against it: docs/limits.md.
 """
 
 from triton.experimental import gluon
@@ -60,206 +18,205 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.language.core import _aggregate as aggregate
 
-_LN2 = gl.constexpr(0.6931471805599453)
-# four fp32 values into one register of four e4m3 (saturating round-to-nearest-even, as the 16-bit path's cast)
-_E4M3X4 = gl.constexpr(
-    "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
-    "mov.b32 $0, {lo, hi}; }"
+from kernels.attention.fa3_tiles import (
+    _copy_layout,
+    _cp_async_tile,
+    _issue_row_sums,
+    _issue_scores,
+    _masked,
+    _mma_layout,
+    _p_operand,
+    _pv_a,
+    _softmax_step,
+    _tile_range,
+    _tile_scale,
+    _tma_tile,
+    _tma_v,
+    _v_operand,
 )
 
-
-@gluon.constexpr_function
-def _mma_layout(num_warps, n, k_width_bits):
-    # wgmma's accumulator: 16-row slabs per warp, a warpgroup covers 64 rows; K per instruction = 256 bits
-    return gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 256 // k_width_bits]
-    )
-
-
+_LN2 = gl.constexpr(0.6931471805599453)
 # e4m3's 1.0 as a byte: sign 0, exponent 0111 (the bias), mantissa 000
 _E4M3_ONE = gl.constexpr(0x38)
 
 
-@gluon.constexpr_function
-def _copy_layout(num_warps, head_dim, elem_bits):
-    # per-thread loads for the cp.async producer: 16 bytes a thread, a row's threads side by side
-    vec = 128 // elem_bits
-    cols = min(32, head_dim // vec)
-    return gl.BlockedLayout([1, vec], [32 // cols, cols], [num_warps, 1], [1, 0])
-
-
 # ---------------------------------------------------------------------------------------------------
-# Shared pieces: the tile range, loads, the online softmax
+# What the partitions share (aggregates: flattened into the partitions' arguments as tuples are)
 # ---------------------------------------------------------------------------------------------------
 
-
-@gluon.jit
-def _tile_range(start_m, seqlen_q, seqlen_k, CTA_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """(tiles to stream, of which the first ones need no mask) for the CTA's rows [start_m, start_m + CTA_M).
-
-    Every partition of the CTA walks the same tiles, so the producer and the consumers agree on the ring's
-    phases and the ping-pong turns balance. Causal (bottom-right aligned): row i sees keys j <= i + off."""
-    if IS_CAUSAL:
-        off = seqlen_k - seqlen_q
-        hi = gl.minimum(gl.maximum(start_m + CTA_M + off, 0), seqlen_k)
-        n_full = gl.maximum(start_m + off + 1, 0) // BLOCK_N
-    else:
-        hi = seqlen_k
-        n_full = seqlen_k // BLOCK_N
-    n_tiles = gl.cdiv(hi, BLOCK_N)
-    n_full = gl.minimum(gl.minimum(n_full, seqlen_k // BLOCK_N), n_tiles)
-    return n_tiles, n_full
+# A runtime int: Triton passes an argument equal to 1 (a length, a stride) as a constexpr, so a field that takes
+# one, or a value made from one, holds either. (The constructors are constexpr functions, which get constexprs
+# as plain Python values: they wrap them again.)
+_INT = (gl.tensor, gl.constexpr)
 
 
-@gluon.jit
-def _cp_async_tile(
-    dst,
-    base,
-    row0,
-    col0,
-    nrows,
-    ncols,
-    stride_row,
-    CHUNK: gl.constexpr,
-    layout: gl.constexpr,
-    COL_GRAIN: gl.constexpr = 1,
-):
-    """Per-thread asynchronous copies of the (ROWS, COLS) tile at (row0, col0) of a row-major matrix into
-    ``dst``, CHUNK rows at a time (few live addresses per thread); rows at or past ``nrows`` and columns at or
-    past ``ncols`` rounded up to COL_GRAIN are zero-filled. A COL_GRAIN of at least 16 bytes keeps the copies
-    16 bytes wide when the columns are the contiguous axis (the caller guarantees the rounded-up columns are
-    allocated and finite)."""
-    ROWS: gl.constexpr = dst.shape[0]
-    COLS: gl.constexpr = dst.shape[1]
-    ncols = (ncols + COL_GRAIN - 1) // COL_GRAIN * COL_GRAIN
-    cols = col0 + gl.arange(0, COLS, gl.SliceLayout(0, layout))
-    for r in gl.static_range(0, ROWS, CHUNK):
-        rows = row0 + r + gl.arange(0, CHUNK, gl.SliceLayout(1, layout))
-        ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_row, 1) + gl.expand_dims(cols, 0)
-        mask = gl.expand_dims(rows < nrows, 1) & gl.expand_dims(cols < ncols, 0)
-        async_copy.async_copy_global_to_shared(dst.slice(r, CHUNK), ptrs, mask=mask)
+@aggregate
+class Variant:
+    """One variant's compile-time choices (``fa3.kernel_specialisation`` sets them): the consumer warpgroups,
+    the schedule's switches, the mask, and FP8 (e4m3 operands with descales, V transposed; P computed times
+    2^P_SHIFT; one Q descale per Q_BLOCK rows and one K/V descale per KV_BLOCK keys where they are per block;
+    the row sums on the tensor cores with SUMS_ON_MMA)."""
+
+    NUM_CONSUMERS: gl.constexpr
+    WARP_SPECIALIZE: gl.constexpr
+    PINGPONG: gl.constexpr
+    OVERLAP: gl.constexpr
+    USE_TMA: gl.constexpr
+    IS_CAUSAL: gl.constexpr
+    IS_FP8: gl.constexpr
+    P_SHIFT: gl.constexpr
+    Q_BLOCK: gl.constexpr
+    KV_BLOCK: gl.constexpr
+    SUMS_ON_MMA: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(
+        self,
+        NUM_CONSUMERS,
+        WARP_SPECIALIZE,
+        PINGPONG,
+        OVERLAP,
+        USE_TMA,
+        IS_CAUSAL,
+        IS_FP8,
+        P_SHIFT,
+        Q_BLOCK,
+        KV_BLOCK,
+        SUMS_ON_MMA,
+    ):
+        self.NUM_CONSUMERS = gl.constexpr(NUM_CONSUMERS)
+        self.WARP_SPECIALIZE = gl.constexpr(WARP_SPECIALIZE)
+        self.PINGPONG = gl.constexpr(PINGPONG)
+        self.OVERLAP = gl.constexpr(OVERLAP)
+        self.USE_TMA = gl.constexpr(USE_TMA)
+        self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+        self.IS_FP8 = gl.constexpr(IS_FP8)
+        self.P_SHIFT = gl.constexpr(P_SHIFT)
+        self.Q_BLOCK = gl.constexpr(Q_BLOCK)
+        self.KV_BLOCK = gl.constexpr(KV_BLOCK)
+        self.SUMS_ON_MMA = gl.constexpr(SUMS_ON_MMA)
 
 
-@gluon.jit
-def _tma_tile(desc, b, h, row, bar, dst, pred=True, col=0):
-    """One TMA load of the tile at (row, col) of one (batch, head)'s matrix; what lies past its end arrives
-    as zeros."""
-    mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(desc, [b, h, row, col], bar, dst.reshape(desc.block_type.shape), pred=pred)
+@aggregate
+class Program:
+    """The CTA's work: batch ``b``, query head ``h`` and the K/V head ``h_kv`` it reads (``bh`` = b · heads + h),
+    its first query row, and the sequence lengths."""
+
+    b: gl.tensor
+    h: gl.tensor
+    h_kv: gl.tensor
+    bh: gl.tensor
+    start_m: gl.tensor
+    seqlen_q: _INT
+    seqlen_k: _INT
+
+    @gluon.constexpr_function
+    def __init__(self, b, h, h_kv, bh, start_m, seqlen_q, seqlen_k):
+        self.b = b
+        self.h = h
+        self.h_kv = h_kv
+        self.bh = bh
+        self.start_m = start_m
+        self.seqlen_q = seqlen_q if isinstance(seqlen_q, gl.tensor) else gl.constexpr(seqlen_q)
+        self.seqlen_k = seqlen_k if isinstance(seqlen_k, gl.tensor) else gl.constexpr(seqlen_k)
 
 
-@gluon.jit
-def _tma_v(desc, b, h_kv, j, bar, dst, V_T: gl.constexpr, pred=True):
-    """V's tile j: rows j·BLOCK_N… of ``[N, d]``, or (V_T, FP8) columns j·BLOCK_N… of ``[d, N]``."""
-    if V_T:
-        _tma_tile(desc, b, h_kv, 0, bar, dst, pred, j * dst.shape[1])
-    else:
-        _tma_tile(desc, b, h_kv, j * dst.shape[0], bar, dst, pred)
+@aggregate
+class Descriptors:
+    """The TMA descriptors of Q, K, V and O (FP8's V: ``[B, H_kv, d, N']``)."""
+
+    q: tma.tensor_descriptor
+    k: tma.tensor_descriptor
+    v: tma.tensor_descriptor
+    o: tma.tensor_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q, k, v, o):
+        self.q = q
+        self.k = k
+        self.v = v
+        self.o = o
 
 
-@gluon.jit
-def _v_operand(v_tile, V_T: gl.constexpr):
-    """V's tile as the B operand of P V, ``[BLOCK_N, d]`` (a transposed view of ``[d, BLOCK_N]`` for V_T)."""
-    if V_T:
-        return v_tile.permute((1, 0))
-    else:
-        return v_tile
+@aggregate
+class Buffers:
+    """Shared memory: the Q tiles (one per consumer, or the CTA's rows), the K/V ring of NUM_STAGES slots, O's
+    staging tiles (Q's with 16 bits), the e4m3 ones of the row sums' product (SUMS_ON_MMA); and the mbarriers:
+    Q loaded, each ring slot's K and V ready and released, and the ping-pong turns."""
+
+    q: gl.shared_memory_descriptor
+    k: gl.shared_memory_descriptor
+    v: gl.shared_memory_descriptor
+    o: gl.shared_memory_descriptor
+    ones: gl.shared_memory_descriptor
+    q_bars: gl.shared_memory_descriptor
+    k_ready: gl.shared_memory_descriptor
+    v_ready: gl.shared_memory_descriptor
+    k_empty: gl.shared_memory_descriptor
+    v_empty: gl.shared_memory_descriptor
+    turn: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q, k, v, o, ones, q_bars, k_ready, v_ready, k_empty, v_empty, turn):
+        self.q = q
+        self.k = k
+        self.v = v
+        self.o = o
+        self.ones = ones
+        self.q_bars = q_bars
+        self.k_ready = k_ready
+        self.v_ready = v_ready
+        self.k_empty = k_empty
+        self.v_empty = v_empty
+        self.turn = turn
 
 
-@gluon.jit
-def _issue_scores(q_tile, k_tile, s_layout: gl.constexpr):
-    """S = Q Kᵀ on the tensor cores, asynchronously (a fresh accumulator: use_acc=False)."""
-    shape: gl.constexpr = [q_tile.shape[0], k_tile.shape[0]]
-    return warpgroup_mma(
-        q_tile, k_tile.permute((1, 0)), gl.zeros(shape, gl.float32, s_layout), use_acc=False, is_async=True
-    )
+@aggregate
+class Bases:
+    """Q's, K's and V's first element at the CTA's heads and the stride along each: of the inputs' rows (for
+    the per-thread ``cp.async`` copies), or of the FP8 descales' blocks (0 unless per block; with 16 bits the
+    descales are not read)."""
+
+    q: gl.tensor
+    k: gl.tensor
+    v: gl.tensor
+    stride_q: _INT
+    stride_k: _INT
+    stride_v: _INT
+
+    @gluon.constexpr_function
+    def __init__(self, q, k, v, stride_q, stride_k, stride_v):
+        self.q = q
+        self.k = k
+        self.v = v
+        self.stride_q = stride_q if isinstance(stride_q, gl.tensor) else gl.constexpr(stride_q)
+        self.stride_k = stride_k if isinstance(stride_k, gl.tensor) else gl.constexpr(stride_k)
+        self.stride_v = stride_v if isinstance(stride_v, gl.tensor) else gl.constexpr(stride_v)
 
 
-@gluon.jit
-def _masked(s, rows, n0, seqlen_k, causal_off, IS_CAUSAL: gl.constexpr, layout: gl.constexpr):
-    """Scores of keys past seqlen_k and, if causal, right of the bottom-right-aligned diagonal → -inf."""
-    BLOCK_N: gl.constexpr = s.shape[1]
-    cols = gl.expand_dims(n0 + gl.arange(0, BLOCK_N, gl.SliceLayout(0, layout)), 0)
-    keep = cols < seqlen_k
-    if IS_CAUSAL:
-        keep = keep & (cols <= gl.expand_dims(rows, 1) + causal_off)
-    return gl.where(keep, s, float("-inf"))
+@aggregate
+class Rows:
+    """Consumer C's rows: their indices, Q tile, and factor from raw scores to the log2 domain (sm_scale ·
+    log2 e, times the Q descale with FP8); the K/V tiles the CTA streams and the causal offset
+    (row i sees key j <= i + causal_off)."""
 
+    C: gl.constexpr
+    q_tile: gl.shared_memory_descriptor
+    rows: gl.tensor
+    scale: gl.tensor
+    n_tiles: _INT
+    causal_off: _INT
 
-@gluon.jit
-def _softmax_step(s, m_i, l_i, scale, P_SHIFT: gl.constexpr, ROW_SUM: gl.constexpr = True):
-    """One tile of the online softmax in the log2 domain: (P, new row max, new row sum, rescale factor).
-
-    ``scale`` holds each row's factor from raw scores to the log2 domain (sm_scale · log2 e, times the
-    descales for FP8). The row max is taken on the raw scores and scaled after (the factors are positive),
-    so that each exponent is one fused multiply-add. P comes out times 2^P_SHIFT (FP8's P scale, folded into
-    the exponent; 0 for 16 bits), and so does the row sum. A row that has seen only masked keys keeps
-    m = -inf; its exponentials are taken against 0 so that it gives P = 0 and a factor of 0, not NaN."""
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale)
-    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = gl.exp2(m_i - m_use)
-    p = gl.exp2(s * gl.expand_dims(scale, 1) - gl.expand_dims(m_use - P_SHIFT, 1))
-    if ROW_SUM:
-        l_new = l_i * alpha + gl.sum(p, axis=1)
-    else:  # (FP8: the tensor cores take the row sums, of the P they multiply)
-        l_new = l_i
-    return p, m_new, l_new, alpha
-
-
-@gluon.jit
-def _p_operand(p, like):
-    """P as the loop carries it, ``like``'s type and layout: the A operand of P V (16-bit), or fp32 in the
-    accumulator's layout (FP8: a no-op; ``_p_fp8`` converts it as its product is issued)."""
-    return gl.convert_layout(p.to(like.dtype), like.type.layout)
-
-
-@gluon.jit
-def _p_fp8(p, layout: gl.constexpr):
-    """fp32 P (wgmma accumulator layout) as the e4m3 A operand (``layout``) of P V with V in ``FP8Values``'
-    key order: the column c = 16·a1 + 8·a0 + 2·t + b of every 32 becomes k = 16·a1 + 4·t + 2·a0 + b, which
-    leaves every value in its thread (the layout conversion is asserted to move nothing), then 4 values per
-    register, rounded to nearest even and saturated."""
-    M: gl.constexpr = p.shape[0]
-    N: gl.constexpr = p.shape[1]
-    q = gl.reshape(p, [M, N // 32, 2, 2, 4, 2])  # (row, group, a1, a0, t, b)
-    q = gl.permute(q, [0, 1, 2, 4, 3, 5])  # (row, group, a1, t, a0, b)
-    q = gl.reshape(q, [M, N])
-    q = gl.convert_layout(q, layout, assert_trivial=True)
-    return gl.inline_asm_elementwise(_E4M3X4, "=r,r,r,r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
-
-
-@gluon.jit
-def _issue_row_sums(p_op, ones_smem, l_i, alpha):
-    """(ℓ rescaled by the tile's factor α, the tile's row sums of P): P · 1 of the operand P V multiplies, on
-    the tensor cores, asynchronously, in a fresh accumulator like ``l_i``, for the caller to add to ℓ after
-    the wait. (ℓ is not carried in the MMA's accumulator across tiles: the FP8 tensor cores add into it with
-    fewer bits than fp32, and over thousands of keys the running sum drifted.)"""
-    layout: gl.constexpr = l_i.type.layout
-    l_i = l_i * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, layout)), 1)
-    sums = warpgroup_mma(
-        p_op, ones_smem.permute((1, 0)), gl.zeros(l_i.shape, gl.float32, layout), use_acc=False, is_async=True
-    )
-    return l_i, sums
-
-
-@gluon.jit
-def _pv_a(p, p_layout: gl.constexpr, IS_FP8: gl.constexpr):
-    """The A operand of P V from the P the loop carries (already the operand with 16 bits)."""
-    if IS_FP8:
-        return _p_fp8(p, p_layout)
-    else:
-        return p
-
-
-@gluon.jit
-def _tile_scale(ptr, j, n_tiles, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl.constexpr, IS_FP8: gl.constexpr):
-    """The descale factor of K/V tile j (its block of KV_BLOCK keys; stride 0 unless per block), 1 for j past
-    the last tile; 1 without FP8."""
-    if IS_FP8:
-        return gl.load(ptr + (j * BLOCK_N // KV_BLOCK) * stride_blk, mask=j < n_tiles, other=1.0)
-    else:
-        return gl.to_tensor(1.0)
+    @gluon.constexpr_function
+    def __init__(self, C, q_tile, rows, scale, n_tiles, causal_off):
+        self.C = gl.constexpr(C)
+        self.q_tile = q_tile
+        self.rows = rows
+        self.scale = scale
+        self.n_tiles = n_tiles if isinstance(n_tiles, gl.tensor) else gl.constexpr(n_tiles)
+        self.causal_off = causal_off if isinstance(causal_off, gl.tensor) else gl.constexpr(causal_off)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -268,94 +225,57 @@ def _tile_scale(ptr, j, n_tiles, stride_blk, BLOCK_N: gl.constexpr, KV_BLOCK: gl
 
 
 @gluon.jit
-def _producer(
-    descs,
-    ptrs,
-    strides,
-    smem,
-    bars,
-    b,
-    h,
-    h_kv,
-    start_m,
-    seqlen_q,
-    seqlen_k,
-    USE_TMA: gl.constexpr,
-    NUM_CONSUMERS: gl.constexpr,
-    IS_CAUSAL: gl.constexpr,
-    V_T: gl.constexpr,
-):
+def _producer(var, descs, src, bufs, prog):
     """Loads only: the consumers' Q tiles once, then K_j and V_j into ring slot j % NUM_STAGES as soon as the
-    consumers have released it (K first: the next S = Q Kᵀ needs it before the P V product needs V)."""
-    q_desc, k_desc, v_desc, o_desc = descs
-    q_ptr, k_ptr, v_ptr = ptrs
-    stride_qn, stride_kn, stride_vn = strides
-    q_smem, k_smem, v_smem, o_smem, ones_smem = smem
-    q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    HEAD_DIM: gl.constexpr = k_smem.shape[2]
-    BLOCK_M: gl.constexpr = q_smem.shape[1]
-    bits: gl.constexpr = k_smem.dtype.primitive_bitwidth
+    consumers have released it (K first: the next S = Q Kᵀ needs it before the P V product needs V). It runs
+    in the CTA's 4 warps: one thread issues the TMA copies, or the warpgroup the per-thread ones."""
+    STAGES: gl.constexpr = bufs.k.shape[0]
+    BLOCK_N: gl.constexpr = bufs.k.shape[1]
+    HEAD_DIM: gl.constexpr = bufs.k.shape[2]
+    BLOCK_M: gl.constexpr = bufs.q.shape[1]
+    V_T: gl.constexpr = var.IS_FP8  # FP8's V comes transposed, [d, N']
+    bits: gl.constexpr = bufs.k.dtype.primitive_bitwidth
     layout: gl.constexpr = _copy_layout(gl.num_warps(), HEAD_DIM, bits)
     v_layout: gl.constexpr = _copy_layout(gl.num_warps(), BLOCK_N if V_T else HEAD_DIM, bits)
-    n_tiles, n_full = _tile_range(start_m, seqlen_q, seqlen_k, BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
+    b, h, h_kv, start_m = prog.b, prog.h, prog.h_kv, prog.start_m
+    n_tiles, n_full = _tile_range(
+        start_m, prog.seqlen_q, prog.seqlen_k, BLOCK_M * var.NUM_CONSUMERS, BLOCK_N, var.IS_CAUSAL
+    )
 
-    for c in gl.static_range(NUM_CONSUMERS):
-        dst = q_smem.index(c)
-        if USE_TMA:
-            _tma_tile(q_desc, b, h, start_m + c * BLOCK_M, q_bars.index(c), dst)
+    for c in gl.static_range(var.NUM_CONSUMERS):
+        dst = bufs.q.index(c)
+        if var.USE_TMA:
+            _tma_tile(descs.q, b, h, start_m + c * BLOCK_M, bufs.q_bars.index(c), dst)
         else:
-            _cp_async_tile(dst, q_ptr, start_m + c * BLOCK_M, 0, seqlen_q, HEAD_DIM, stride_qn, 32, layout)
-            async_copy.mbarrier_arrive(q_bars.index(c), increment_count=False)
+            _cp_async_tile(dst, src.q, start_m + c * BLOCK_M, 0, prog.seqlen_q, HEAD_DIM, src.stride_q, 32, layout)
+            async_copy.mbarrier_arrive(bufs.q_bars.index(c), increment_count=False)
     for j in range(n_tiles):
         slot = j % STAGES
         phase = (j // STAGES) & 1
         # a fresh mbarrier counts as having completed the phase before its first: the first lap passes
-        mbarrier.wait(k_empty.index(slot), phase ^ 1)
-        if USE_TMA:
-            _tma_tile(k_desc, b, h_kv, j * BLOCK_N, k_ready.index(slot), k_smem.index(slot))
+        mbarrier.wait(bufs.k_empty.index(slot), phase ^ 1)
+        if var.USE_TMA:
+            _tma_tile(descs.k, b, h_kv, j * BLOCK_N, bufs.k_ready.index(slot), bufs.k.index(slot))
         else:
-            _cp_async_tile(k_smem.index(slot), k_ptr, j * BLOCK_N, 0, seqlen_k, HEAD_DIM, stride_kn, 32, layout)
-            async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)
-        mbarrier.wait(v_empty.index(slot), phase ^ 1)
-        if USE_TMA:
-            _tma_v(v_desc, b, h_kv, j, v_ready.index(slot), v_smem.index(slot), V_T)
+            _cp_async_tile(bufs.k.index(slot), src.k, j * BLOCK_N, 0, prog.seqlen_k, HEAD_DIM, src.stride_k, 32, layout)
+            async_copy.mbarrier_arrive(bufs.k_ready.index(slot), increment_count=False)
+        mbarrier.wait(bufs.v_empty.index(slot), phase ^ 1)
+        if var.USE_TMA:
+            _tma_v(descs.v, b, h_kv, j, bufs.v_ready.index(slot), bufs.v.index(slot), V_T)
         elif V_T:  # FP8's V: the keys rounded up to its layout's groups of 32, whose padding is zeros
-            _cp_async_tile(v_smem.index(slot), v_ptr, 0, j * BLOCK_N, HEAD_DIM, seqlen_k, stride_vn, 32, v_layout, 32)
-            async_copy.mbarrier_arrive(v_ready.index(slot), increment_count=False)
+            _cp_async_tile(
+                bufs.v.index(slot), src.v, 0, j * BLOCK_N, HEAD_DIM, prog.seqlen_k, src.stride_v, 32, v_layout, 32
+            )
+            async_copy.mbarrier_arrive(bufs.v_ready.index(slot), increment_count=False)
         else:
-            _cp_async_tile(v_smem.index(slot), v_ptr, j * BLOCK_N, 0, seqlen_k, HEAD_DIM, stride_vn, 32, v_layout)
-            async_copy.mbarrier_arrive(v_ready.index(slot), increment_count=False)
+            _cp_async_tile(
+                bufs.v.index(slot), src.v, j * BLOCK_N, 0, prog.seqlen_k, HEAD_DIM, src.stride_v, 32, v_layout
+            )
+            async_copy.mbarrier_arrive(bufs.v_ready.index(slot), increment_count=False)
 
 
 @gluon.jit
-def _consumer_tile(
-    j,
-    state,
-    descs,
-    smem,
-    bars,
-    scales,
-    q_tile,
-    rows,
-    b,
-    h_kv,
-    n_tiles,
-    seqlen_k,
-    causal_off,
-    row_scale,
-    C: gl.constexpr,
-    WARP_SPECIALIZE: gl.constexpr,
-    PINGPONG: gl.constexpr,
-    OVERLAP: gl.constexpr,
-    IS_CAUSAL: gl.constexpr,
-    MASKED: gl.constexpr,
-    IS_FP8: gl.constexpr,
-    P_SHIFT: gl.constexpr,
-    KV_BLOCK: gl.constexpr,
-    SUMS_ON_MMA: gl.constexpr,
-):
+def _consumer_tile(j, state, var, descs, bufs, scales, prog, mine, MASKED: gl.constexpr):
     """Tile j of a consumer: issue S_j = Q K_jᵀ, rescale O by tile j-1's factor while it runs, issue
     O += P_{j-1} V_{j-1}, then the softmax of S_j.
 
@@ -364,114 +284,83 @@ def _consumer_tile(
     converted to the operand type into registers of its own before that product is waited for; FP8 carries
     P_j in fp32 to the next tile and converts it as that tile issues P_j V_j (``_pv_a``)."""
     m_i, l_i, acc, p, alpha, vs_prev, turn_phase, k_scale, v_scale = state
-    q_desc, k_desc, v_desc, o_desc = descs
-    q_smem, k_smem, v_smem, o_smem, ones_smem = smem
-    q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
-    ks_ptr, vs_ptr, stride_ksblk, stride_vsblk = scales
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    V_T: gl.constexpr = IS_FP8
-    s_layout: gl.constexpr = _mma_layout(gl.num_warps(), BLOCK_N, k_smem.dtype.primitive_bitwidth)
+    STAGES: gl.constexpr = bufs.k.shape[0]
+    BLOCK_N: gl.constexpr = bufs.k.shape[1]
+    bits: gl.constexpr = bufs.k.dtype.primitive_bitwidth
+    V_T: gl.constexpr = var.IS_FP8
+    C: gl.constexpr = mine.C
+    s_layout: gl.constexpr = _mma_layout(gl.num_warps(), BLOCK_N, bits)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    p_layout: gl.constexpr = gl.DotOperandLayout(
-        operand_index=0, parent=acc.type.layout, k_width=32 // k_smem.dtype.primitive_bitwidth
-    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=32 // bits)
     slot = j % STAGES
     prev = (j - 1) % STAGES
-    mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
-    if PINGPONG:
-        mbarrier.wait(turn.index(C), turn_phase)
+    mbarrier.wait(bufs.k_ready.index(slot), (j // STAGES) & 1)
+    if var.PINGPONG:
+        mbarrier.wait(bufs.turn.index(C), turn_phase)
         turn_phase = turn_phase ^ 1
-    s_tok = _issue_scores(q_tile, k_smem.index(slot), s_layout)
-    # O is kept in units of the last V tile's scale: the factor carries the change of scale too
+    s_tok = _issue_scores(mine.q_tile, bufs.k.index(slot), s_layout)
+    # O is kept in units of the last V tile's scale (so P V still accumulates in place): the factor carries
+    # the change of scale too
     acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
-    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-    a_op = _pv_a(p, p_layout, IS_FP8)
-    acc = warpgroup_mma(a_op, _v_operand(v_smem.index(prev), V_T), acc, is_async=True)
-    if SUMS_ON_MMA:  # the row sums of the P that P V multiplies, on the tensor cores: ℓ ← ℓ · α + P · 1
-        l_i, l_tile = _issue_row_sums(a_op, ones_smem, l_i, alpha)
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - C))
+    mbarrier.wait(bufs.v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    a_op = _pv_a(p, p_layout, var.IS_FP8)
+    acc = warpgroup_mma(a_op, _v_operand(bufs.v.index(prev), V_T), acc, is_async=True)
+    if var.SUMS_ON_MMA:  # the row sums of the P that P V multiplies, on the tensor cores: ℓ ← ℓ · α + P · 1
+        l_i, l_tile = _issue_row_sums(a_op, bufs.ones, l_i, alpha)
+    if var.PINGPONG:
+        mbarrier.arrive(bufs.turn.index(1 - C))
     # the next tile's descales, a tile ahead: their loads' latency hides behind this tile's softmax
-    k_next = _tile_scale(ks_ptr, j + 1, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
-    v_next = _tile_scale(vs_ptr, j, n_tiles, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
-    if OVERLAP:  # (P V's group still outstanding, and the row sums')
-        s = warpgroup_mma_wait(num_outstanding=2 if SUMS_ON_MMA else 1, deps=(s_tok,))
-    elif SUMS_ON_MMA:
+    k_next = _tile_scale(scales.k, j + 1, mine.n_tiles, scales.stride_k, BLOCK_N, var.KV_BLOCK, var.IS_FP8)
+    v_next = _tile_scale(scales.v, j, mine.n_tiles, scales.stride_v, BLOCK_N, var.KV_BLOCK, var.IS_FP8)
+    if var.OVERLAP:  # (P V's group still outstanding, and the row sums')
+        s = warpgroup_mma_wait(num_outstanding=2 if var.SUMS_ON_MMA else 1, deps=(s_tok,))
+    elif var.SUMS_ON_MMA:
         s, acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc, l_tile))
         l_i = l_i + l_tile
-    elif IS_FP8:  # (the wait's lowering keeps 16- and 32-bit values alive, not e4m3 ones: ptxas guards P's)
+    elif var.IS_FP8:  # (the wait's lowering keeps 16- and 32-bit values alive, not e4m3 ones: ptxas guards P's)
         s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc))
     else:
         s, acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, acc, p))
-    if WARP_SPECIALIZE:
-        mbarrier.arrive(k_empty.index(slot))
+    if var.WARP_SPECIALIZE:
+        mbarrier.arrive(bufs.k_empty.index(slot))
     if MASKED:
-        s = _masked(s, rows, j * BLOCK_N, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUMS_ON_MMA)
+        s = _masked(s, mine.rows, j * BLOCK_N, prog.seqlen_k, mine.causal_off, var.IS_CAUSAL, s_layout)
+    p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, mine.scale * k_scale, var.P_SHIFT, not var.SUMS_ON_MMA)
     p_next = _p_operand(p_new, p)
-    if OVERLAP and SUMS_ON_MMA:
+    if var.OVERLAP and var.SUMS_ON_MMA:
         acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(acc, l_tile))
         l_i = l_i + l_tile
-    elif OVERLAP and IS_FP8:
+    elif var.OVERLAP and var.IS_FP8:
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    elif OVERLAP:
+    elif var.OVERLAP:
         acc, p, p_next = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p, p_next))
-    if WARP_SPECIALIZE:
-        mbarrier.arrive(v_empty.index(prev))
+    if var.WARP_SPECIALIZE:
+        mbarrier.arrive(bufs.v_empty.index(prev))
     else:  # slot `prev` is free again: refill it with the tile NUM_STAGES ahead
         ahead = j - 1 + STAGES
-        _tma_tile(k_desc, b, h_kv, ahead * BLOCK_N, k_ready.index(prev), k_smem.index(prev), pred=ahead < n_tiles)
-        _tma_v(v_desc, b, h_kv, ahead, v_ready.index(prev), v_smem.index(prev), V_T, pred=ahead < n_tiles)
+        pred = ahead < mine.n_tiles
+        _tma_tile(descs.k, prog.b, prog.h_kv, ahead * BLOCK_N, bufs.k_ready.index(prev), bufs.k.index(prev), pred=pred)
+        _tma_v(descs.v, prog.b, prog.h_kv, ahead, bufs.v_ready.index(prev), bufs.v.index(prev), V_T, pred=pred)
     return m_i, l_i, acc, p_next, alpha, v_scale, turn_phase, k_next, v_next
 
 
 @gluon.jit
-def _consumer(
-    descs,
-    smem,
-    bars,
-    scales,
-    lse_ptr,
-    b,
-    h,
-    h_kv,
-    bh,
-    start_m,
-    seqlen_q,
-    seqlen_k,
-    qk_scale,
-    C: gl.constexpr,
-    NUM_CONSUMERS: gl.constexpr,
-    WARP_SPECIALIZE: gl.constexpr,
-    PINGPONG: gl.constexpr,
-    OVERLAP: gl.constexpr,
-    IS_CAUSAL: gl.constexpr,
-    IS_FP8: gl.constexpr,
-    P_SHIFT: gl.constexpr,
-    Q_BLOCK: gl.constexpr,
-    KV_BLOCK: gl.constexpr,
-    SUMS_ON_MMA: gl.constexpr,
-):
+def _consumer(var, descs, bufs, scales, lse_ptr, prog, qk_scale, C: gl.constexpr):
     """Q Kᵀ, the online softmax and P V for this consumer's rows; then O and the logsumexp out.
 
     With WARP_SPECIALIZE: consumer C of NUM_CONSUMERS, the producer fills the ring. Without: the only
     partition, every row of the CTA, issuing its own TMA loads NUM_STAGES tiles ahead."""
-    q_desc, k_desc, v_desc, o_desc = descs
-    q_smem, k_smem, v_smem, o_smem, ones_smem = smem
-    q_bars, k_ready, v_ready, k_empty, v_empty, turn = bars
-    qs_ptr, ks_ptr, vs_ptr, stride_qsblk, stride_ksblk, stride_vsblk = scales
-    tile_scales = (ks_ptr, vs_ptr, stride_ksblk, stride_vsblk)
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    HEAD_DIM: gl.constexpr = k_smem.shape[2]
-    V_T: gl.constexpr = IS_FP8
-    dtype: gl.constexpr = k_smem.dtype
-    ROWS: gl.constexpr = q_smem.shape[1]  # this partition's rows: one TMA transfer of Q and of O
-    CTA_M: gl.constexpr = ROWS * NUM_CONSUMERS if WARP_SPECIALIZE else ROWS
+    STAGES: gl.constexpr = bufs.k.shape[0]
+    BLOCK_N: gl.constexpr = bufs.k.shape[1]
+    HEAD_DIM: gl.constexpr = bufs.k.shape[2]
+    V_T: gl.constexpr = var.IS_FP8
+    dtype: gl.constexpr = bufs.k.dtype
+    ROWS: gl.constexpr = bufs.q.shape[1]  # this partition's rows: one TMA transfer of Q and of O
+    CTA_M: gl.constexpr = ROWS * var.NUM_CONSUMERS if var.WARP_SPECIALIZE else ROWS
+    b, h, h_kv, start_m = prog.b, prog.h, prog.h_kv, prog.start_m
     row0 = start_m + C * ROWS
-    q_tile = q_smem.index(C)
-    o_tile = o_smem.index(C)
+    q_tile = bufs.q.index(C)
+    o_tile = bufs.o.index(C)
     num_warps: gl.constexpr = gl.num_warps()
     bits: gl.constexpr = dtype.primitive_bitwidth
     s_layout: gl.constexpr = _mma_layout(num_warps, BLOCK_N, bits)
@@ -480,27 +369,29 @@ def _consumer(
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-    n_tiles, n_full = _tile_range(start_m, seqlen_q, seqlen_k, CTA_M, BLOCK_N, IS_CAUSAL)
-    causal_off = seqlen_k - seqlen_q
+    n_tiles, n_full = _tile_range(start_m, prog.seqlen_q, prog.seqlen_k, CTA_M, BLOCK_N, var.IS_CAUSAL)
+    causal_off = prog.seqlen_k - prog.seqlen_q
     rows = row0 + gl.arange(0, ROWS, row_layout)
     # each row's factor from raw scores to the log2 domain (FP8: times its Q block's descale)
     row_scale = gl.full([ROWS], qk_scale, gl.float32, row_layout)
-    if IS_FP8:
-        row_scale = row_scale * gl.load(qs_ptr + (rows // Q_BLOCK) * stride_qsblk, mask=rows < seqlen_q, other=1.0)
-    if not WARP_SPECIALIZE:
-        _tma_tile(q_desc, b, h, row0, q_bars.index(C), q_tile)
+    if var.IS_FP8:
+        q_descale = gl.load(scales.q + (rows // var.Q_BLOCK) * scales.stride_q, mask=rows < prog.seqlen_q, other=1.0)
+        row_scale = row_scale * q_descale
+    mine = Rows(C, q_tile, rows, row_scale, n_tiles, causal_off)
+    if not var.WARP_SPECIALIZE:
+        _tma_tile(descs.q, b, h, row0, bufs.q_bars.index(C), q_tile)
         for t in gl.static_range(STAGES):
-            _tma_tile(k_desc, b, h_kv, t * BLOCK_N, k_ready.index(t), k_smem.index(t), pred=t < n_tiles)
-            _tma_v(v_desc, b, h_kv, t, v_ready.index(t), v_smem.index(t), V_T, pred=t < n_tiles)
-    mbarrier.wait(q_bars.index(C), 0)
+            _tma_tile(descs.k, b, h_kv, t * BLOCK_N, bufs.k_ready.index(t), bufs.k.index(t), pred=t < n_tiles)
+            _tma_v(descs.v, b, h_kv, t, bufs.v_ready.index(t), bufs.v.index(t), V_T, pred=t < n_tiles)
+    mbarrier.wait(bufs.q_bars.index(C), 0)
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-    if SUMS_ON_MMA:  # every column of a row holds its sum
+    if var.SUMS_ON_MMA:  # every column of a row holds its sum
         l_i = gl.zeros([ROWS, 8], gl.float32, _mma_layout(num_warps, 8, bits))
     else:
         l_i = gl.zeros([ROWS], gl.float32, row_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-    if IS_FP8:
+    if var.IS_FP8:
         p = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     else:
         p = gl.zeros([ROWS, BLOCK_N], dtype, p_layout)
@@ -510,121 +401,71 @@ def _consumer(
 
     # Tile 0: its scores and softmax, no P V product yet.
     if n_tiles > 0:
-        k_scale = _tile_scale(ks_ptr, 0, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
-        mbarrier.wait(k_ready.index(0), 0)
-        if PINGPONG:
-            mbarrier.wait(turn.index(C), turn_phase)
+        k_scale = _tile_scale(scales.k, 0, n_tiles, scales.stride_k, BLOCK_N, var.KV_BLOCK, var.IS_FP8)
+        mbarrier.wait(bufs.k_ready.index(0), 0)
+        if var.PINGPONG:
+            mbarrier.wait(bufs.turn.index(C), turn_phase)
             turn_phase = turn_phase ^ 1
-        s_tok = _issue_scores(q_tile, k_smem.index(0), s_layout)
-        if PINGPONG:
-            mbarrier.arrive(turn.index(1 - C))
+        s_tok = _issue_scores(q_tile, bufs.k.index(0), s_layout)
+        if var.PINGPONG:
+            mbarrier.arrive(bufs.turn.index(1 - C))
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        if WARP_SPECIALIZE:
-            mbarrier.arrive(k_empty.index(0))
+        if var.WARP_SPECIALIZE:
+            mbarrier.arrive(bufs.k_empty.index(0))
         if n_full == 0:
-            s = _masked(s, rows, 0, seqlen_k, causal_off, IS_CAUSAL, s_layout)
-        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, P_SHIFT, not SUMS_ON_MMA)
+            s = _masked(s, rows, 0, prog.seqlen_k, causal_off, var.IS_CAUSAL, s_layout)
+        p_new, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, row_scale * k_scale, var.P_SHIFT, not var.SUMS_ON_MMA)
         p = _p_operand(p_new, p)
 
     # Tiles 1 … n_full-1 need no mask, the rest (the causal diagonal, the sequence's end) do.
-    k_next = _tile_scale(ks_ptr, 1, n_tiles, stride_ksblk, BLOCK_N, KV_BLOCK, IS_FP8)
-    v_next = _tile_scale(vs_ptr, 0, n_tiles, stride_vsblk, BLOCK_N, KV_BLOCK, IS_FP8)
+    k_next = _tile_scale(scales.k, 1, n_tiles, scales.stride_k, BLOCK_N, var.KV_BLOCK, var.IS_FP8)
+    v_next = _tile_scale(scales.v, 0, n_tiles, scales.stride_v, BLOCK_N, var.KV_BLOCK, var.IS_FP8)
     state = (m_i, l_i, acc, p, alpha, vs_prev, turn_phase, k_next, v_next)
     for j in range(1, n_full):
-        state = _consumer_tile(
-            j,
-            state,
-            descs,
-            smem,
-            bars,
-            tile_scales,
-            q_tile,
-            rows,
-            b,
-            h_kv,
-            n_tiles,
-            seqlen_k,
-            causal_off,
-            row_scale,
-            C,
-            WARP_SPECIALIZE,
-            PINGPONG,
-            OVERLAP,
-            IS_CAUSAL,
-            False,
-            IS_FP8,
-            P_SHIFT,
-            KV_BLOCK,
-            SUMS_ON_MMA,
-        )
+        state = _consumer_tile(j, state, var, descs, bufs, scales, prog, mine, False)
     for j in range(gl.maximum(n_full, 1), n_tiles):
-        state = _consumer_tile(
-            j,
-            state,
-            descs,
-            smem,
-            bars,
-            tile_scales,
-            q_tile,
-            rows,
-            b,
-            h_kv,
-            n_tiles,
-            seqlen_k,
-            causal_off,
-            row_scale,
-            C,
-            WARP_SPECIALIZE,
-            PINGPONG,
-            OVERLAP,
-            IS_CAUSAL,
-            True,
-            IS_FP8,
-            P_SHIFT,
-            KV_BLOCK,
-            SUMS_ON_MMA,
-        )
+        state = _consumer_tile(j, state, var, descs, bufs, scales, prog, mine, True)
     m_i, l_i, acc, p, alpha, vs_prev, turn_phase, _, v_scale = state  # v_scale: the last tile's
 
     # The last P V product.
     if n_tiles > 0:
         last = (n_tiles - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-        if PINGPONG:
-            mbarrier.wait(turn.index(C), turn_phase)
+        mbarrier.wait(bufs.v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+        if var.PINGPONG:
+            mbarrier.wait(bufs.turn.index(C), turn_phase)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha * (vs_prev / v_scale), o_row_layout), 1)
-        a_op = _pv_a(p, p_layout, IS_FP8)
-        acc = warpgroup_mma(a_op, _v_operand(v_smem.index(last), V_T), acc, is_async=True)
-        if SUMS_ON_MMA:
-            l_i, l_tile = _issue_row_sums(a_op, ones_smem, l_i, alpha)
-        if PINGPONG:
-            mbarrier.arrive(turn.index(1 - C))
-        if SUMS_ON_MMA:
+        a_op = _pv_a(p, p_layout, var.IS_FP8)
+        acc = warpgroup_mma(a_op, _v_operand(bufs.v.index(last), V_T), acc, is_async=True)
+        if var.SUMS_ON_MMA:
+            l_i, l_tile = _issue_row_sums(a_op, bufs.ones, l_i, alpha)
+        if var.PINGPONG:
+            mbarrier.arrive(bufs.turn.index(1 - C))
+        if var.SUMS_ON_MMA:
             acc, l_tile = warpgroup_mma_wait(num_outstanding=0, deps=(acc, l_tile))
             l_i = l_i + l_tile
-        elif IS_FP8:
+        elif var.IS_FP8:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         else:
             acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
-        if WARP_SPECIALIZE:
-            mbarrier.arrive(v_empty.index(last))
+        if var.WARP_SPECIALIZE:
+            mbarrier.arrive(bufs.v_empty.index(last))
         vs_prev = v_scale
 
-    if SUMS_ON_MMA:
+    if var.SUMS_ON_MMA:
         l_i = gl.convert_layout(gl.max(l_i, axis=1), row_layout)
     # O = acc / ℓ (FP8: times the V scale O is in units of; P's scale is in ℓ too) through shared memory
     # (16-bit: Q's, no longer read) and TMA; the logsumexp per row (P's scale taken out).
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-    if IS_FP8:
+    if var.IS_FP8:
         denom = l_safe / vs_prev
     else:
         denom = l_safe
     out = acc / gl.expand_dims(gl.convert_layout(denom, o_row_layout), 1)
-    lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe) - P_SHIFT) * _LN2)
-    o_tile.store(out.to(o_desc.dtype))
+    lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe) - var.P_SHIFT) * _LN2)
+    o_tile.store(out.to(descs.o.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_tile.reshape(o_desc.block_type.shape))
-    gl.store(lse_ptr + bh.to(gl.int64) * seqlen_q + rows, lse, mask=rows < seqlen_q)
+    tma.async_copy_shared_to_global(descs.o, [b, h, row0, 0], o_tile.reshape(descs.o.block_type.shape))
+    gl.store(lse_ptr + prog.bh.to(gl.int64) * prog.seqlen_q + rows, lse, mask=rows < prog.seqlen_q)
     tma.store_wait(0)
 
 
@@ -728,7 +569,6 @@ def _fa3_fwd_kernel(
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
 
-    descs = (q_desc, k_desc, v_desc, o_desc)
     if SUMS_ON_MMA:  # the B operand of the row sums' product P · 1 (K-major, as V's)
         ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, BLOCK_N], dtype)
         ones_smem = gl.allocate_shared_memory(dtype, [8, BLOCK_N], ones_layout)
@@ -739,9 +579,23 @@ def _fa3_fwd_kernel(
         gl.thread_barrier()
     else:
         ones_smem = o_smem
-    smem = (q_smem, k_smem, v_smem, o_smem, ones_smem)
-    bars = (q_bars, k_ready, v_ready, k_empty, v_empty, turn)
-    scales = (
+    var = Variant(
+        NUM_CONSUMERS,
+        WARP_SPECIALIZE,
+        PINGPONG,
+        OVERLAP,
+        USE_TMA,
+        IS_CAUSAL,
+        IS_FP8,
+        P_SHIFT,
+        Q_BLOCK,
+        KV_BLOCK,
+        SUMS_ON_MMA,
+    )
+    prog = Program(b, h, h_kv, bh, start_m, seqlen_q, seqlen_k)
+    descs = Descriptors(q_desc, k_desc, v_desc, o_desc)
+    bufs = Buffers(q_smem, k_smem, v_smem, o_smem, ones_smem, q_bars, k_ready, v_ready, k_empty, v_empty, turn)
+    scales = Bases(
         qs_ptr + b.to(gl.int64) * stride_qsb + h.to(gl.int64) * stride_qsh,
         ks_ptr + b.to(gl.int64) * stride_ksb + h_kv.to(gl.int64) * stride_ksh,
         vs_ptr + b.to(gl.int64) * stride_vsb + h_kv.to(gl.int64) * stride_vsh,
@@ -750,93 +604,22 @@ def _fa3_fwd_kernel(
         stride_vsblk,
     )
     if WARP_SPECIALIZE:
-        base_q = q_ptr + b.to(gl.int64) * stride_qb + h.to(gl.int64) * stride_qh
-        base_k = k_ptr + b.to(gl.int64) * stride_kb + h_kv.to(gl.int64) * stride_kh
-        base_v = v_ptr + b.to(gl.int64) * stride_vb + h_kv.to(gl.int64) * stride_vh
-        ptrs = (base_q, base_k, base_v)
-        strides = (stride_qn, stride_kn, stride_vn)
+        src = Bases(
+            q_ptr + b.to(gl.int64) * stride_qb + h.to(gl.int64) * stride_qh,
+            k_ptr + b.to(gl.int64) * stride_kb + h_kv.to(gl.int64) * stride_kh,
+            v_ptr + b.to(gl.int64) * stride_vb + h_kv.to(gl.int64) * stride_vh,
+            stride_qn,
+            stride_kn,
+            stride_vn,
+        )
         gl.static_assert(NUM_CONSUMERS == 1 or NUM_CONSUMERS == 2, "one or two consumer warpgroups")
+        # the producer runs in the CTA's own 4 warps, each consumer in a warpgroup of its own
         if NUM_CONSUMERS == 2:
             gl.warp_specialize(
                 [
-                    (
-                        _producer,
-                        (
-                            descs,
-                            ptrs,
-                            strides,
-                            smem,
-                            bars,
-                            b,
-                            h,
-                            h_kv,
-                            start_m,
-                            seqlen_q,
-                            seqlen_k,
-                            USE_TMA,
-                            NUM_CONSUMERS,
-                            IS_CAUSAL,
-                            IS_FP8,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            descs,
-                            smem,
-                            bars,
-                            scales,
-                            lse_ptr,
-                            b,
-                            h,
-                            h_kv,
-                            bh,
-                            start_m,
-                            seqlen_q,
-                            seqlen_k,
-                            qk_scale,
-                            0,
-                            NUM_CONSUMERS,
-                            WARP_SPECIALIZE,
-                            PINGPONG,
-                            OVERLAP,
-                            IS_CAUSAL,
-                            IS_FP8,
-                            P_SHIFT,
-                            Q_BLOCK,
-                            KV_BLOCK,
-                            SUMS_ON_MMA,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            descs,
-                            smem,
-                            bars,
-                            scales,
-                            lse_ptr,
-                            b,
-                            h,
-                            h_kv,
-                            bh,
-                            start_m,
-                            seqlen_q,
-                            seqlen_k,
-                            qk_scale,
-                            1,
-                            NUM_CONSUMERS,
-                            WARP_SPECIALIZE,
-                            PINGPONG,
-                            OVERLAP,
-                            IS_CAUSAL,
-                            IS_FP8,
-                            P_SHIFT,
-                            Q_BLOCK,
-                            KV_BLOCK,
-                            SUMS_ON_MMA,
-                        ),
-                    ),
+                    (_producer, (var, descs, src, bufs, prog)),
+                    (_consumer, (var, descs, bufs, scales, lse_ptr, prog, qk_scale, 0)),
+                    (_consumer, (var, descs, bufs, scales, lse_ptr, prog, qk_scale, 1)),
                 ],
                 [4, 4],
                 [CONSUMER_REGS, CONSUMER_REGS],
@@ -844,86 +627,14 @@ def _fa3_fwd_kernel(
         else:
             gl.warp_specialize(
                 [
-                    (
-                        _producer,
-                        (
-                            descs,
-                            ptrs,
-                            strides,
-                            smem,
-                            bars,
-                            b,
-                            h,
-                            h_kv,
-                            start_m,
-                            seqlen_q,
-                            seqlen_k,
-                            USE_TMA,
-                            NUM_CONSUMERS,
-                            IS_CAUSAL,
-                            IS_FP8,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            descs,
-                            smem,
-                            bars,
-                            scales,
-                            lse_ptr,
-                            b,
-                            h,
-                            h_kv,
-                            bh,
-                            start_m,
-                            seqlen_q,
-                            seqlen_k,
-                            qk_scale,
-                            0,
-                            NUM_CONSUMERS,
-                            WARP_SPECIALIZE,
-                            PINGPONG,
-                            OVERLAP,
-                            IS_CAUSAL,
-                            IS_FP8,
-                            P_SHIFT,
-                            Q_BLOCK,
-                            KV_BLOCK,
-                            SUMS_ON_MMA,
-                        ),
-                    ),
+                    (_producer, (var, descs, src, bufs, prog)),
+                    (_consumer, (var, descs, bufs, scales, lse_ptr, prog, qk_scale, 0)),
                 ],
                 [4],
                 [CONSUMER_REGS],
             )
     else:
-        _consumer(
-            descs,
-            smem,
-            bars,
-            scales,
-            lse_ptr,
-            b,
-            h,
-            h_kv,
-            bh,
-            start_m,
-            seqlen_q,
-            seqlen_k,
-            qk_scale,
-            0,
-            NUM_CONSUMERS,
-            WARP_SPECIALIZE,
-            PINGPONG,
-            OVERLAP,
-            IS_CAUSAL,
-            IS_FP8,
-            P_SHIFT,
-            Q_BLOCK,
-            KV_BLOCK,
-            SUMS_ON_MMA,
-        )
+        _consumer(var, descs, bufs, scales, lse_ptr, prog, qk_scale, 0)
 
 
 # The same kernel with the sequence lengths always runtime values, for calls where one of them is 1: Triton

@@ -1,60 +1,17 @@
 """FP8 attention forward in the FlashAttention-3 manner: Q, K, V in float8 e4m3 with fp32 descale factors.
 
-What it is: the FA-2 forward loop (one program per BLOCK_M query rows and batch·head, K/V streamed in
-BLOCK_N-row tiles, online softmax in the log2 domain, one division by ℓ at the end) with both products on
-FP8 operands: S = Q₈ K₈ᵀ with fp32 accumulation, multiplied by the Q and K descale factors of the tiles;
-P = exp2(S - m) ∈ [0, 1] multiplied by ``P_SCALE`` = 256 (a power of two, so exactly) and converted to
-e4m3, which keeps P's small entries out of e4m3's subnormal range down to 2⁻¹⁴ instead of 2⁻⁶, then
-O += P₈ V₈ with fp32 accumulation, times the V descale factor. The row sum ℓ is taken from the fp32 P
-before rounding, as FlashAttention-3 does; the FA-3 kernel (``kernel="fa3"``) takes it from the rounded P₈
-where its tensor cores sum the P they multiply (``fa3.fp8_row_sums``, by head dim and schedule). Output in
-bfloat16 or float16.
+Both products run on e4m3 operands with fp32 accumulation: S = Q₈ K₈ᵀ times the tiles' Q and K descales,
+then P V with P multiplied by ``P_SCALE`` = 256 before its cast to e4m3 (keeping P's small entries out of
+e4m3's subnormals) and O times V's descale. Scales are per tensor, per head or per block of the kernel's
+tiles (FlashAttention-3's choice), optionally after incoherent processing (``rotate``: Q and K times one
+random orthogonal matrix). On Hopper, for head dims 64, 128 and 256, the FA-3 kernel runs it
+(``kernels.attention.fa3``); elsewhere (Ada, other head dims, the interpreter) the portable Triton kernel
+of ``fp8_kernels.py``. ``attention`` quantises with the fused quantiser (``fp8_quant``) and reads nothing
+back unless asked (``check_finite``), so it can be captured in a CUDA graph; so does ``forward_quantized``.
 
-Quantisation (``quantize``, ``dequantize``): x ≈ x₈ · scale, scale = amax / 448 (e4m3's largest finite
-value) over the granularity's group, fp32; a group that is all zeros gets scale 1; x / scale is clamped to
-±448 before the cast (saturating: torch's cast gives NaN past 448). Granularities: ``"tensor"`` (one
-scale, shape ()), ``"head"`` (one per batch·head, shape (B, H)), ``"block"`` (one per block of ``block``
-sequence rows of each batch·head, shape (B, H, ⌈N / block⌉)): FlashAttention-3's choice, with blocks equal
-to the kernel's tiles (BLOCK_M rows for Q, BLOCK_N for K and V), so each tile has one scale per operand.
-Incoherent processing (``rotation``, ``attention(..., rotate=True)``): Q and K are multiplied by the same
-random orthogonal matrix M = diag(±1) · H_d / √d (H_d Sylvester's Hadamard matrix; d a power of two)
-before quantising: (QM)(KM)ᵀ = QKᵀ, while an outlier coordinate is spread over all d. For other head dims
-M is a random orthogonal matrix from the QR factorisation of a Gaussian matrix (the same property, dense).
-
-Handles: any seqlen (masked tails), seqlen_q ≠ seqlen_k, causal (aligned bottom-right, as fa2.py) or not,
-grouped-query attention (K/V heads dividing Q heads), head dims 1…256 (padded inside the kernel to a power
-of two ≥ 32, the K extent of an FP8 MMA), ``[B, H, N, d]`` tensors with any strides. Forward only (no
-backward, no logsumexp output).
-
-Interpreter vs GPU: Triton 3.6's interpreter runs ``tl.dot`` on e4m3 operands correctly (it widens them
-to float16, exactly, and accumulates in fp32), but its fp32 → e4m3 conversion is wrong (ties round up,
-a carry past the mantissa gives 1.0 for 1.97, subnormals flush to 0, values past 448 wrap). So the
-kernel's one in-kernel conversion, P → e4m3, has an ``EMULATE_P_CAST`` path for the interpreter: P is
-rounded to the nearest e4m3 value (ties to even) with fp32 bit arithmetic and multiplied with V widened to
-float16, which is what an FP8 MMA computes. On a GPU (compute capability ≥ 8.9) P is converted with the
-hardware's saturating round-to-nearest-even and both products run on FP8 tensor cores. On sm_90 Triton's
-FP8 ``tl.dot`` accumulates with the tensor core's own (reduced-precision) fp32 accumulation over the whole
-reduction unless ``max_num_imprecise_acc`` is set; that default is kept here.
-
-Two kernels run it. On Hopper (sm_90) with head dims 64, 128 and 256, the FlashAttention-3 kernel
-(``kernels.attention.fa3``, Gluon: a TMA producer warp, WGMMA consumer warpgroups with ping-pong and
-intra-warpgroup overlap; ``forward_quantized(..., kernel="fa3")``); elsewhere (Ada, other head dims, the
-interpreter) the Triton kernel below (``kernel="triton"``), which FA-3's needs of Hopper make the portable
-reference. ``attention`` quantises with the fused quantiser (``kernels.attention.fp8_quant``: one read of
-each 16-bit input, the amax on the GPU, V written transposed) and synchronises with nothing: it can be
-captured in a CUDA graph. Non-finite inputs are not checked there (that would read them back); they give
-non-finite outputs, and ``quantize_qkv(..., check_finite=True)`` raises instead.
-
-Tested: in Triton's interpreter on CPU (tests/kernels/test_fp8.py, tests/kernels/test_fp8_quant.py: odd
-lengths, d = 64 and 128, causal and not, GQA, all granularities, rotation) and on an H200 (the GPU-marked
-tests, bf16 included, both kernels, d up to 256, CUDA-graph capture). Compiled with Triton 3.6 for sm_90
-both products are ``wgmma.mma_async ... f32.e4m3.e4m3`` and P is converted by ``cvt.rn.satfinite``; for
-sm_89 ``mma.sync ... e4m3``. FP8 wgmma takes its B operand K-major only, so V is stored sequence-contiguous
-(``quantize_qkv`` does it; the Triton kernel transposes a row-major V in shared memory, much slower).
-
-Layers, top to bottom: quantisation and rotation helpers (torch); the ``@triton.jit`` kernels;
-configuration; the launcher ``forward_quantized``; the public function ``attention``; ``emulate``, a torch
-float64 replica of the kernel's arithmetic for the tests.
+Handles: any lengths, Nq ≠ Nk, causal (bottom-right) or not, grouped-query heads, head dims 1…256, any
+strides. Forward only. Tested in the interpreter (tests/kernels/test_fp8.py, test_fp8_quant.py) and on an
+H200 (the GPU-marked tests: both kernels, bf16, d up to 256, CUDA-graph capture).
 """
 
 from __future__ import annotations
@@ -64,13 +21,13 @@ import os
 
 import torch
 import triton
-import triton.language as tl
 
 from kernels._runtime import INTERPRET, check_device, check_flag, compute_capability, device_guard, softmax_scale
 from kernels.attention import fa3, fp8_quant
-from kernels.attention.fa2 import FA2Config, _check_tensors, check_shapes
-from kernels.attention.fa2_kernels import _key_tile_bounds, _load_kv_tile, _mask_scores
-from kernels.attention.reference import P_SCALE, _scores, _values, round_p
+from kernels.attention.common import check_shapes, check_tensors
+from kernels.attention.fa2 import FA2Config
+from kernels.attention.fp8_kernels import _fp8_fwd_kernel
+from kernels.attention.reference import P_SCALE, attention_scores, grouped_values, round_p
 
 __all__ = [
     "E4M3_MAX",
@@ -116,7 +73,7 @@ def _check_granularity(granularity: str, allowed: tuple[str, ...] = QUANTIZERS) 
 
 
 def quantize(
-    x: torch.Tensor, granularity: str = "block", block: int | None = None
+    x: torch.Tensor, granularity: str = "block", block: int | None = None, *, check_finite: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantise ``x`` ``[B, H, N, d]`` to e4m3: returns ``(x8, scale)`` with x ≈ x8.float() · scale.
 
@@ -124,9 +81,12 @@ def quantize(
     ``"block"`` (``block`` rows of the sequence axis per scale; required there, ignored otherwise).
     ``"none"`` is the unscaled control: scale 1 (shape ()), x cast to e4m3 directly, saturating at ±448.
     scale = amax / 448 over the group, 1 for an all-zero group; values are clamped to ±448 after dividing
-    (saturating). Raises ``ValueError`` for non-finite values (one host synchronisation on a GPU).
+    (saturating). A group holding NaN or Inf gets a scale of +Inf (as in the fused quantiser, ``fp8_quant``):
+    nothing is read back unless ``check_finite``, which raises ``ValueError`` for such values instead (one
+    host synchronisation on a GPU).
     """
     _check_granularity(granularity)
+    check_finite = check_flag("check_finite", check_finite)
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must be a [batch, heads, seq, head_dim] tensor, got {getattr(x, 'shape', type(x))}")
     if not x.is_floating_point() or x.dtype == FP8:
@@ -134,7 +94,7 @@ def quantize(
     b, h, n, d = x.shape
     xf = x.float()
     if granularity == "none":
-        if not bool(torch.isfinite(xf).all()):
+        if check_finite and not bool(torch.isfinite(xf).all()):
             raise ValueError("cannot quantise a tensor with NaN or Inf values")
         return xf.clamp(-E4M3_MAX, E4M3_MAX).to(FP8), xf.new_ones(())
     if granularity == "tensor":
@@ -148,9 +108,10 @@ def quantize(
         nblk = triton.cdiv(n, block)
         padded = torch.nn.functional.pad(xf, (0, 0, 0, nblk * block - n))
         amax = padded.reshape(b, h, nblk, block * d).abs().amax(dim=3) if d else xf.new_zeros((b, h, nblk))
-    if not bool(torch.isfinite(amax).all()):
+    if check_finite and not bool(torch.isfinite(amax).all()):
         raise ValueError("cannot quantise a tensor with NaN or Inf values")
-    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    amax = torch.where(torch.isnan(amax), float("inf"), amax)  # a NaN counts as +Inf, as in fp8_quant
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))  # +Inf where the group is not finite
     x8 = (xf / _expanded_scale(scale, x.shape, block)).clamp_(-E4M3_MAX, E4M3_MAX).to(FP8)
     return x8, scale
 
@@ -203,247 +164,6 @@ def rotation(d: int, seed: int = 0, device=None, dtype=torch.float32) -> torch.T
 
 
 # ---------------------------------------------------------------------------------------------------
-# Triton kernels
-# ---------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _round_to_e4m3(x):
-    """Round x (fp32, 0 ≤ x ≤ 448) to the nearest e4m3 value, ties to even, staying in fp32.
-
-    Normal range (x ≥ 2⁻⁶): keep 3 mantissa bits by integer rounding of the fp32 bits (a carry propagates
-    into the exponent, as it should). Subnormal range: multiples of 2⁻⁹, by the add-and-subtract of 2²³,
-    whose fp32 rounding is the round-to-nearest-even to an integer.
-    """
-    bits = x.to(tl.uint32, bitcast=True)
-    rounded = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000
-    normal = rounded.to(tl.float32, bitcast=True)
-    small = ((x * 512.0 + 8388608.0) - 8388608.0) * 0.001953125
-    return tl.where(x >= 0.015625, normal, small)
-
-
-@triton.jit
-def _fp8_fwd_inner(
-    acc,  # (BLOCK_M, BLOCK_D) fp32, unnormalised output so far (in units of P_SCALE · V₈, times V scales)
-    l_i,  # (BLOCK_M,) fp32 running row sum of exp2 (unscaled P)
-    m_i,  # (BLOCK_M,) fp32 running row max in the scaled log2 domain
-    q,  # (BLOCK_M, BLOCK_D) e4m3, pre-loaded
-    k_ptrs,  # (BLOCK_N, BLOCK_D) pointers to the first K tile of this batch·head
-    v_ptrs,
-    ks_ptr,  # K descale of this batch·head's first K/V block
-    vs_ptr,
-    stride_kn,
-    stride_vn,
-    stride_ksblk,  # 0 unless K's scales are per block
-    stride_vsblk,
-    kv_scale_block,  # rows per K/V scale block (a multiple of BLOCK_N)
-    offs_m,
-    offs_n,
-    offs_d,
-    lo,
-    hi,
-    seqlen_k,
-    diag,
-    qk_scale,  # sm_scale · log2(e) · Q descale
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    P_SCALE: tl.constexpr,
-    MASKED: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    EVEN_D: tl.constexpr,
-    V_SCALE_PER_TILE: tl.constexpr,
-    EMULATE_P_CAST: tl.constexpr,
-):
-    k_ptrs += lo * stride_kn
-    v_ptrs += lo * stride_vn
-    for start_n in range(lo, hi, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        cols = start_n + offs_n
-        k = _load_kv_tile(k_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
-        blk = start_n // kv_scale_block
-        k_scale = tl.load(ks_ptr + blk * stride_ksblk)
-        qk = tl.dot(q, tl.trans(k))  # FP8 × FP8 → fp32
-        if MASKED:
-            qk = _mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL)
-        s = qk * (qk_scale * k_scale)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        if MASKED:
-            # a row that has seen no visible key still has m = -inf; exp2(-inf - -inf) would be NaN
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_use = m_new
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = _load_kv_tile(v_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
-        if EMULATE_P_CAST:
-            # the interpreter's fp32 → e4m3 cast is wrong; an e4m3-rounded P in float16 (exact) times V
-            # widened to float16 (exact) with fp32 accumulation is what the FP8 MMA computes
-            p_op = _round_to_e4m3(p * P_SCALE).to(tl.float16)
-            v_op = v.to(tl.float16)
-        else:
-            p_op = (p * P_SCALE).to(tl.float8e4nv)
-            v_op = v
-        if V_SCALE_PER_TILE:
-            acc += tl.dot(p_op, v_op) * tl.load(vs_ptr + blk * stride_vsblk)
-        else:
-            acc = tl.dot(p_op, v_op, acc)
-        m_i = m_new
-        k_ptrs += BLOCK_N * stride_kn
-        v_ptrs += BLOCK_N * stride_vn
-    return acc, l_i, m_i
-
-
-@triton.jit
-def _fp8_fwd_kernel(
-    Q,  # (B, H, Nq, d) e4m3
-    K,  # (B, H_kv, Nk, d) e4m3
-    V,  # like K
-    Out,  # (B, H, Nq, d) bfloat16 or float16
-    QS,  # Q descale factors, fp32: strides (b, h, block), 0 where the granularity is coarser
-    KS,
-    VS,
-    stride_qb,
-    stride_qh,
-    stride_qm,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    stride_ob,
-    stride_oh,
-    stride_om,
-    stride_od,
-    stride_qsb,
-    stride_qsh,
-    stride_qsblk,
-    stride_ksb,
-    stride_ksh,
-    stride_ksblk,
-    stride_vsb,
-    stride_vsh,
-    stride_vsblk,
-    q_scale_block,  # rows per Q scale block (a multiple of BLOCK_M)
-    kv_scale_block,  # rows per K/V scale block (a multiple of BLOCK_N)
-    num_heads,
-    group,  # query heads per K/V head
-    seqlen_q,
-    seqlen_k,
-    sm_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    EVEN_N: tl.constexpr,
-    EVEN_D: tl.constexpr,
-    V_SCALE_PER_TILE: tl.constexpr,  # V's scale varies along the keys: applied per tile, not at the end
-    EMULATE_P_CAST: tl.constexpr,  # the interpreter's path (see the module docstring)
-    P_SCALE: tl.constexpr,  # P is multiplied by this before its cast to e4m3 (a power of two)
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    start_m = tl.program_id(0) * BLOCK_M
-    off_bh = tl.program_id(1)
-    off_b = (off_bh // num_heads).to(tl.int64)
-    off_h = (off_bh % num_heads).to(tl.int64)
-    off_hk = off_h // group
-
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-    k_ptrs = K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-    io_mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(q_ptrs, mask=io_mask, other=0.0)
-
-    q_scale = tl.load(QS + off_b * stride_qsb + off_h * stride_qsh + (start_m // q_scale_block) * stride_qsblk)
-    ks_ptr = KS + off_b * stride_ksb + off_hk * stride_ksh
-    vs_ptr = VS + off_b * stride_vsb + off_hk * stride_vsh
-    qk_scale = sm_scale * 1.4426950408889634 * q_scale
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-
-    diag, full_hi, hi = _key_tile_bounds(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL, EVEN_N)
-    acc, l_i, m_i = _fp8_fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_ptrs,
-        v_ptrs,
-        ks_ptr,
-        vs_ptr,
-        stride_kn,
-        stride_vn,
-        stride_ksblk,
-        stride_vsblk,
-        kv_scale_block,
-        offs_m,
-        offs_n,
-        offs_d,
-        0,
-        full_hi,
-        seqlen_k,
-        diag,
-        qk_scale,
-        HEAD_DIM,
-        BLOCK_N,
-        P_SCALE,
-        False,
-        IS_CAUSAL,
-        EVEN_D,
-        V_SCALE_PER_TILE,
-        EMULATE_P_CAST,
-    )
-    acc, l_i, m_i = _fp8_fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_ptrs,
-        v_ptrs,
-        ks_ptr,
-        vs_ptr,
-        stride_kn,
-        stride_vn,
-        stride_ksblk,
-        stride_vsblk,
-        kv_scale_block,
-        offs_m,
-        offs_n,
-        offs_d,
-        full_hi,
-        hi,
-        seqlen_k,
-        diag,
-        qk_scale,
-        HEAD_DIM,
-        BLOCK_N,
-        P_SCALE,
-        True,
-        IS_CAUSAL,
-        EVEN_D,
-        V_SCALE_PER_TILE,
-        EMULATE_P_CAST,
-    )
-
-    # undo P's scaling (and V's scale when it is one per row of the output) in the one division
-    denom = l_i * P_SCALE
-    if not V_SCALE_PER_TILE:
-        denom = denom / tl.load(vs_ptr)
-    acc = acc / tl.where(l_i > 0.0, denom, 1.0)[:, None]  # rows that see no key: acc = 0, output 0
-    o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=io_mask)
-
-
-# ---------------------------------------------------------------------------------------------------
 # Configuration
 # ---------------------------------------------------------------------------------------------------
 
@@ -481,7 +201,7 @@ def config_in_effect(head_dim: int, config: FP8Config | None = None) -> FP8Confi
 # ---------------------------------------------------------------------------------------------------
 
 
-def _check_scale(name: str, scale, shape, block: int | None, values: bool = True) -> None:
+def _check_scale(name: str, scale, shape, block: int | None, values: bool = False) -> None:
     """One descale tensor against its operand's ``[B, H, N, d]`` shape: float32, and (``values``) finite
     and positive, which reads the scales back (a host synchronisation on a GPU)."""
     if not isinstance(scale, torch.Tensor):
@@ -565,14 +285,6 @@ def blocks(kernel: str, head_dim: int, config=None) -> tuple[int, int]:
 _blocks_of = blocks  # for quantize_qkv, whose argument of that name hides the function
 
 
-def _check_values(check: bool | None, device: torch.device) -> bool:
-    """Whether to read the scales back: as asked, or (None) unless a CUDA graph is being captured, where a
-    read-back would break the capture."""
-    if check is None:
-        return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-    return check_flag("check_scale_values", check)
-
-
 def forward_quantized(
     q8: torch.Tensor,
     k8: torch.Tensor,
@@ -587,7 +299,7 @@ def forward_quantized(
     kv_block: int | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
     config=None,
-    check_scale_values: bool | None = None,
+    check_scale_values: bool = False,
     p_scale: float = P_SCALE,
     kernel: str = "auto",
     schedule=None,
@@ -604,9 +316,11 @@ def forward_quantized(
         out_dtype: torch.bfloat16 or torch.float16.
         config: pins the tiles: an ``FP8Config`` (the Triton kernel; else ``KERNELS_FP8_CONFIG``) or an
             ``fa3.FA3Config`` (the FA-3 kernel; else ``KERNELS_FA3_FP8_CONFIG``).
-        check_scale_values: refuse scales that are not positive and finite (reads them back: one host
-            synchronisation per scale on a GPU); None (the default) checks except while a CUDA graph is
-            being captured; False skips it, e.g. inside a timed loop.
+        check_scale_values: refuse scales that are not positive and finite, reading them back (one host
+            synchronisation per scale on a GPU). Off by default, so that the call never waits for the GPU:
+            the scales ``quantize`` and ``quantize_qkv`` make are positive, and finite where the inputs are
+            (which their ``check_finite`` checks where the scales are made); turn it on for scales made
+            elsewhere.
         p_scale: P ∈ [0, 1] is multiplied by this before its cast to e4m3 and divided out at the end: a
             power of two from 1 (no scaling: P's small entries fall into e4m3's subnormals, the smallest
             2⁻⁹) to 256 (the default: the smallest representable P becomes 2⁻¹⁷); P · p_scale ≤ 448.
@@ -621,8 +335,10 @@ def forward_quantized(
     into it first. The Triton kernel wants ``v8`` as the ``[B, H_kv, Nk, d]`` view of a ``[B, H_kv, d, Nk]``
     tensor (``quantize_qkv`` makes it so); otherwise it transposes each tile in shared memory.
 
-    Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Raises ``TypeError``/``ValueError`` for wrong dtypes,
-    shapes, scales, block sizes, kernels or devices, and ``TypeError`` on a GPU without FP8 tensor cores.
+    Returns: ``[B, H, Nq, d]`` in ``out_dtype``. Nothing is read back to the host unless
+    ``check_scale_values`` (the call can be captured in a CUDA graph). Raises ``TypeError``/``ValueError`` for
+    wrong dtypes, shapes, scales, block sizes, kernels or devices, and ``TypeError`` on a GPU without FP8
+    tensor cores.
     """
     causal = check_flag("causal", causal)
     fa3_values = v8 if isinstance(v8, fa3.FP8Values) else None
@@ -637,7 +353,7 @@ def forward_quantized(
     qb, kvb = blocks(which, d, config)
     q_block = qb if q_block is None else int(q_block)
     kv_block = kvb if kv_block is None else int(kv_block)
-    check = _check_values(check_scale_values, q8.device)
+    check = check_flag("check_scale_values", check_scale_values)
     for name, scale, operand, blk in (
         ("q_scale", q_scale, q8, q_block),
         ("k_scale", k_scale, k8, kv_block),
@@ -783,6 +499,7 @@ def attention(
     p_scale: float = P_SCALE,
     kernel: str = "auto",
     schedule=None,
+    check_finite: bool = False,
 ) -> torch.Tensor:
     """FP8 attention of bfloat16/float16 inputs: quantise Q, K, V to e4m3, then ``forward_quantized``.
 
@@ -794,14 +511,18 @@ def attention(
             ``"none"`` casts without scaling (the experiments' control).
         rotate: incoherent processing: Q and K multiplied by ``rotation(d, seed)`` before quantising.
         seed: the rotation's seed; config, p_scale, kernel, schedule: as in ``forward_quantized``.
+        check_finite: raise ``ValueError`` if q, k or v hold NaN or Inf: the fused quantiser counts such
+            blocks on the device, and this reads the three counts back (one host synchronisation). Without it
+            nothing is read back (the call can be captured in a CUDA graph), and non-finite inputs give
+            non-finite outputs.
 
-    Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable. Nothing is read back to
-    the host (the call can be captured in a CUDA graph); non-finite inputs give non-finite outputs.
+    Returns: ``[B, H, Nq, d]`` in the input dtype. Forward only: not differentiable.
     """
     causal = check_flag("causal", causal)
     rotate = check_flag("rotate", rotate)
+    check_finite = check_flag("check_finite", check_finite)
     _check_granularity(granularity)
-    _check_tensors(
+    check_tensors(
         q,
         k,
         v,
@@ -817,7 +538,15 @@ def attention(
     _check_schedule(schedule, which)
     qb, kvb = blocks(which, q.shape[3], config)
     q8, k8, v8, qs, ks, vs = quantize_qkv(
-        q, k, v, granularity, blocks=(qb, kvb), rotate=rotate, seed=seed, fa3_layout=which == "fa3"
+        q,
+        k,
+        v,
+        granularity,
+        blocks=(qb, kvb),
+        rotate=rotate,
+        seed=seed,
+        check_finite=check_finite,
+        fa3_layout=which == "fa3",
     )
     # (the quantiser's outputs are consistent by construction: no second round of checks)
     return _forward(q8, k8, v8, qs, ks, vs, causal, sm_scale, qb, kvb, q.dtype, config, p_scale, which, schedule)
@@ -856,8 +585,10 @@ def quantize_qkv(
     The per-block scales' rows are ``blocks`` (Q rows, K/V rows), else ``config``'s tiles (an ``FP8Config``
     or an ``fa3.FA3Config``), else the Triton kernel's defaults. ``rotate``: incoherent processing, Q and K
     multiplied by ``rotation(d, seed)`` first (one matrix product each, in their dtype with fp32
-    accumulation). ``check_finite``: raise ``ValueError`` for NaN or Inf inputs (reads a count back: one
-    synchronisation); otherwise they give non-finite scales, and so non-finite outputs."""
+    accumulation). ``check_finite``: raise ``ValueError`` for NaN or Inf inputs (reads the device-side counts
+    back together: one synchronisation); otherwise nothing is read back, and they give non-finite scales, so
+    non-finite outputs."""
+    check_finite = check_flag("check_finite", check_finite)
     d = q.shape[-1]
     qb, kvb = blocks or _blocks_of("fa3" if isinstance(config, fa3.FA3Config) else "triton", d, config)
     if rotate:
@@ -870,8 +601,7 @@ def quantize_qkv(
         fp8_quant.quantize(v, granularity, kvb, transpose=True, interleave=bool(fa3_layout)),
     ]
     if check_finite:
-        for name, part in zip(("q", "k", "v"), parts, strict=True):
-            part.check(name)
+        fp8_quant.check_finite(parts, ("q", "k", "v"))
     (q8, qs, _), (k8, ks, _), (vt8, vs, _) = parts
     if fa3_layout:
         return q8, k8, fa3.FP8Values(vt8, v.shape[2]), qs, ks, vs
@@ -915,8 +645,8 @@ def emulate(
     kd = dequantize(k8, k_scale, kv_block).double()
     vd = dequantize(v8, v_scale, kv_block).double()
     # the reference's scores (K repeated over grouped heads, the causal mask), in log2 units as the kernel's
-    s = _scores(qd, kd, causal, sm_scale, None, torch.float64).reshape(b, h, nq, nk) * _LOG2E
-    vd = _values(vd, h, torch.float64).reshape(b, h, nk, d)
+    s = attention_scores(qd, kd, causal, sm_scale, None, torch.float64).reshape(b, h, nq, nk) * _LOG2E
+    vd = grouped_values(vd, h, torch.float64).reshape(b, h, nk, d)
     m = torch.full((b, h, nq, 1), float("-inf"), dtype=torch.float64, device=q8.device)
     ell = torch.zeros((b, h, nq, 1), dtype=torch.float64, device=q8.device)
     acc = torch.zeros((b, h, nq, d), dtype=torch.float64, device=q8.device)

@@ -1,33 +1,14 @@
 """The fused e4m3 quantiser of FP8 attention: one read of a 16-bit ``[B, H, N, d]`` tensor, one e4m3 write.
 
-What it is: x ≈ x₈ · scale with scale = amax / 448 over a group (``kernels.attention.fp8``'s granularities:
-per tensor, per (batch, head), per block of ``block`` sequence rows, or ``"none"``: scale 1), the division,
-the clamp to ±448 and the cast in one Triton kernel per tensor, the amax on the GPU. Per block, each program
-owns one block: a block of up to 16384 elements (the FA-3 kernel's blocks up to d = 128) it holds whole, in
-its 16-bit dtype, and quantises in one pass from registers; a bigger one it walks twice, for its amax and
-then to quantise (the second pass reads from L1/L2, so the memory sees one read), row-major in chunks of
-rows, transposed in strips of columns, all the block's rows each (``_tiling`` says how big and why). Per
-head and per tensor, a first kernel takes each block's amax and folds it into the group's with an atomic
-max (on the float's bits, which order like the floats for non-negative values), and the second one
-quantises: two reads of the input, one write.
-``transpose`` writes ``[B, H, d, N']`` instead (N' = N rounded up to 16 elements, so every row of the
-transposed tensor starts 16-byte aligned, as TMA needs), returned as its ``[B, H, d, N]`` view: the layout
-of V for the FP8 WGMMA, which reads its B operand K-major only. ``interleave`` also orders the keys of every
-32 as the FA-3 kernel's P registers are (``fa3.FP8Values``): each block reads its rows in that order and
-writes its columns in order, so the writes stay 16 bytes wide.
-
-No host synchronisation: a non-finite input is not detected by reading anything back. Its group's amax is
-then +Inf (a NaN counts as +Inf there), so its scale is non-finite and so is every output that reads it,
-as with any attention of non-finite inputs; ``nonfinite``, a device-side int32 count of the row blocks that
-held NaN or Inf, says so to a caller who reads it (``QuantizedFP8.check`` does, once, synchronising).
-
-Interpreter: Triton's interpreter converts fp32 to e4m3 wrongly (see ``fp8.py``), so there the kernel writes
-the e4m3 values exactly rounded in fp32 (``_round_to_e4m3``, ties to even) and torch casts them, which is
-then exact. Tested in the interpreter (tests/kernels/test_fp8_quant.py: every granularity, odd N and d,
-strided inputs, the transposed and the FA-3 layouts, non-finite groups, bit-identical to ``fp8.quantize``),
-compiled for sm_90 (no spills, 16-byte stores), and on an H200 (tests/kernels/test_fp8.py and
-test_cuda_graphs.py there, the FA-3 layout included).
-Layers: the ``@triton.jit`` kernels; the launcher ``quantize``.
+x ≈ x₈ · scale with scale = amax / 448 over a group (``fp8``'s granularities), and the division, the clamp to
+±448 and the cast in one Triton kernel, the amax on the GPU: per block each program quantises a block of its
+own (``_tiling``); per head and per tensor a first kernel folds the blocks' amax into the group's with an
+atomic max (two reads of the input, one write). ``transpose`` and ``interleave`` write V as the FP8 WGMMA
+reads it (keys contiguous; in the FA-3 kernel's key order). Nothing is read back: a non-finite input gives a
+non-finite scale, and ``nonfinite`` counts such blocks on the device for a caller who asks
+(``QuantizedFP8.check``, ``check_finite``). In the interpreter, whose fp32 → e4m3 conversion is wrong, the
+values are rounded in fp32 and cast by torch. Tested in the interpreter (tests/kernels/test_fp8_quant.py),
+compiled for sm_90 (no spills, 16-byte stores), and on an H200 (test_fp8.py and test_cuda_graphs.py there).
 """
 
 from __future__ import annotations
@@ -55,14 +36,25 @@ class QuantizedFP8(typing.NamedTuple):
 
     def check(self, name: str = "x") -> QuantizedFP8:
         """Raise ``ValueError`` if any block held NaN or Inf (reads the count back: one synchronisation)."""
-        if int(self.nonfinite.item()):
-            raise ValueError(f"cannot quantise {name}: it holds NaN or Inf values")
+        check_finite((self,), (name,))
         return self
 
 
+def check_finite(parts: typing.Sequence[QuantizedFP8], names: typing.Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the first of ``parts`` that held NaN or Inf: their counts are read back
+    together, one synchronisation for them all."""
+    counts = torch.cat([part.nonfinite for part in parts]).tolist()
+    for name, count in zip(names, counts, strict=True):
+        if count:
+            raise ValueError(f"cannot quantise {name}: it holds NaN or Inf values")
+
+
 @triton.jit
-def _round_to_e4m3(x):
-    """x (fp32, |x| ≤ 448) rounded to the nearest e4m3 value, ties to even, in fp32 (the interpreter's cast)."""
+def round_to_e4m3(x):
+    """x (fp32, |x| ≤ 448) rounded to the nearest e4m3 value, ties to even, in fp32: the interpreter's cast,
+    here and for FP8 attention's P (``fp8_kernels``). Normal range (|x| ≥ 2⁻⁶): 3 mantissa bits kept by
+    integer rounding of the fp32 bits (a carry propagates into the exponent, as it should); subnormal range:
+    multiples of 2⁻⁹, by the add-and-subtract of 2²³, whose fp32 rounding is round-to-nearest-even."""
     a = tl.abs(x)
     bits = a.to(tl.uint32, bitcast=True)
     rounded = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000
@@ -147,7 +139,8 @@ def _chunk(
     COL0: tl.constexpr = 0,
 ):
     """The rows ``slots`` of a block (``_block``); with INTERLEAVE the keys those columns of the FA-3
-    layout hold instead (``fa3.fp8_key_slots``' inverse, within each 16 keys, so within the block)."""
+    layout hold instead (``fa3.fp8_key_slots``' inverse, within each 16 keys, so within the block): the block
+    reads its rows in that order and writes its columns in order, so the writes stay 16 bytes wide."""
     rows = slots
     if INTERLEAVE:
         w = slots % 32
@@ -259,7 +252,7 @@ def _quantize_kernel(
         # NaN stays NaN through the clamp (a select on x instead kept a second copy of the tile live)
         y = tl.clamp(tl.math.div_rn(x.to(tl.float32), scale), -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
         if EMULATE:
-            y = _round_to_e4m3(y)
+            y = round_to_e4m3(y)
         else:
             y = y.to(tl.float8e4nv)
         if TRANSPOSE:  # (d, n) tile, n contiguous: coalesced stores of V's transposed rows

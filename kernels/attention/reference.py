@@ -10,6 +10,8 @@
 - ``online_softmax_attention``: the tiled online-softmax algorithm itself in float64 (running max and sum,
   one key block at a time), with the rescaling of the running sum and output switchable off: the
   textbook mistake whose effect the claims audit measures.
+- ``attention_scores``, ``grouped_values``: the first step (the scaled, masked S) and V per query head, the
+  pieces the materialising references are built from; ``fp8.emulate`` builds its arithmetic on them too.
 - ``sdpa_attention``: ``torch.nn.functional.scaled_dot_product_attention`` pinned to one backend
   (``math``, ``efficient``, ``flash``, ``cudnn``), so a benchmark row names exactly what ran.
 
@@ -45,7 +47,7 @@ def causal_mask(rows: torch.Tensor, seqlen_q: int, seqlen_k: int) -> torch.Tenso
     return cols[None, :] > rows[:, None] + (seqlen_k - seqlen_q)
 
 
-def _scores(q, k, causal, sm_scale, rows, compute_dtype):
+def attention_scores(q, k, causal, sm_scale, rows, compute_dtype):
     """Step 1 of three-step attention: S = scale · Q Kᵀ ``[B·H, len(rows), Nk]`` in ``compute_dtype`` (all
     query rows when ``rows`` is None), masked entries -inf; K repeated over grouped query heads."""
     b, h, seqlen_q, d = q.shape
@@ -73,7 +75,7 @@ def _scores(q, k, causal, sm_scale, rows, compute_dtype):
     return s
 
 
-def _values(v, heads, compute_dtype):
+def grouped_values(v, heads, compute_dtype):
     """V as ``[B·H, Nk, d]`` in ``compute_dtype``, repeated over grouped query heads."""
     if v.shape[1] != heads:
         v = v.repeat_interleave(heads // v.shape[1], dim=1)
@@ -83,14 +85,14 @@ def _values(v, heads, compute_dtype):
 def _materialise(q, k, v, causal, sm_scale, rows, compute_dtype):
     b, h, seqlen_q, d = q.shape
     # step 1: S = scale · Q Kᵀ, written to memory as an N×N tensor
-    s = _scores(q, k, causal, sm_scale, rows, compute_dtype)
+    s = attention_scores(q, k, causal, sm_scale, rows, compute_dtype)
     # step 2: P = softmax(S), another N×N tensor
     p = torch.softmax(s, dim=-1)
     del s
     if causal and seqlen_q > k.shape[2]:
         p = torch.nan_to_num(p, nan=0.0)  # rows that see no key
     # step 3: O = P V
-    o = torch.bmm(p, _values(v, h, compute_dtype))
+    o = torch.bmm(p, grouped_values(v, h, compute_dtype))
     return o.reshape(b, h, p.shape[1], v.shape[3])
 
 
@@ -113,7 +115,7 @@ def reference_attention(
 
 def _probabilities_rows(q, k, rows, causal, sm_scale):
     """Float64 P = exp(S − rowmax) ``[B·H, len(rows), Nk]`` (unnormalised; rows that see no key all 0)."""
-    s = _scores(q, k, causal, sm_scale, rows, torch.float64)
+    s = attention_scores(q, k, causal, sm_scale, rows, torch.float64)
     m = s.amax(dim=-1, keepdim=True)
     return torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m)), torch.isfinite(s)
 
@@ -125,7 +127,7 @@ def p_rounded_attention_rows(q, k, v, rows, causal: bool = False, sm_scale: floa
     running maximum moves the rounding points a little; the error is of the same size)."""
     p, _ = _probabilities_rows(q, k, rows, causal, sm_scale)
     ell = p.sum(dim=-1, keepdim=True)
-    o = round_p(p, p_scale) @ _values(v, q.shape[1], torch.float64)
+    o = round_p(p, p_scale) @ grouped_values(v, q.shape[1], torch.float64)
     o = torch.where(ell > 0, o / torch.where(ell > 0, ell, torch.ones_like(ell)), torch.zeros_like(o))
     return o.reshape(q.shape[0], q.shape[1], -1, v.shape[3])
 

@@ -1,34 +1,14 @@
 """Grouped GEMM in Triton: one launch multiplies each expert's contiguous segment of rows by its own matrix.
 
-What it is: ``out[r] = a[r] @ b[e]`` for every row ``r`` of expert ``e``'s segment, with torch._grouped_mm's
-conventions: ``a [total_rows, K]`` sorted by expert, ``b [E, K, N]``, ``expert_offsets [E]`` int32
-cumulative END offsets (expert ``e`` owns rows ``[offsets[e-1], offsets[e])``, the last offset is
-``total_rows``), output ``[total_rows, N]``. One launch, one program per (row tile, N tile): each expert's
-segment is cut into ``ceil(count / BLOCK_M)`` row tiles laid end to end in expert order, and every program
-finds its expert and first row from the offsets itself (a prefix sum of the E tile counts, E ≤ a few
-hundred, in registers), so nothing is built or read back on the host: the launch is one kernel. The
-row-tile extent is the host-known bound ``ceil(total_rows / BLOCK_M) + E`` (every segment adds at most
-one partial tile); programs past the last tile return at once, and an empty expert has no tile, so it
-costs nothing. Programs run in grouped order (GROUP_M row tiles sweep the N tiles together), so A's rows
-and each expert's B panels are read from HBM about once. Rows past a segment's end, columns past N and
-the K tail are masked, so any segment length and any K, N work. fp32 accumulation; the output has the
-inputs' dtype.
-
-An optional epilogue (``swiglu_b``) fuses a SwiGLU expert's first layer: the program keeps two fp32
-accumulators, ``a @ b[e]`` (gate) and ``a @ swiglu_b[e]`` (up), and writes ``silu(gate) · up``, so the
-gate and up products never go to memory.
-
-Handles: float16 and bfloat16 on the GPU; float32 (IEEE products, not TF32) as a testing mode; arbitrary
-strides. Does not handle: a transposed ``b`` layout flag, split-K, per-expert scales (FP8), or
-autotuning (one configuration per dtype; ``config=`` pins another).
-
-Tested: in Triton's interpreter on CPU (float16, float32; odd K, N and segment lengths, empty experts:
-tests/kernels/test_moe.py) and on an H200 (bf16, against torch._grouped_mm, GPU-marked tests). Its speed
-against torch._grouped_mm is measured by the ``moe`` family's ``grouped-gemm`` rows
-(analysis/families/moe/) and summarised from the shipped tables in reports/reference/<gpu>/summary.md.
-
-Layers, top to bottom: the ``@triton.jit`` kernel; configuration; the launcher checks and the launch (through
-``kernels._runtime.LaunchCache``); the public function ``grouped_gemm`` (allocation, grid).
+``out[r] = a[r] @ b[e]`` with torch._grouped_mm's conventions (rows sorted by expert, int32 cumulative END
+offsets), optionally with a SwiGLU expert's first layer fused (``swiglu_b``: the gate and up products
+accumulated side by side in fp32, ``silu(gate) · up`` written once, so neither goes to memory). Every
+program finds its expert and rows from the offsets itself, so nothing is built or read back on the host:
+the launch is one kernel. Handles float16 and bfloat16 on a GPU, exact float32, any segment lengths (an
+empty expert costs nothing), any K and N, any strides. Does not handle: a transposed ``b``, split-K,
+per-expert scales (FP8), autotuning (one configuration per dtype; ``config=`` pins another). Tested in the
+interpreter (tests/kernels/test_moe.py: odd K, N and segments, empty experts) and on an H200 against
+torch._grouped_mm; timed by the ``moe`` family's ``grouped-gemm`` rows.
 """
 
 from __future__ import annotations
@@ -90,6 +70,12 @@ def _grouped_gemm_kernel(
     E_POW2: tl.constexpr,  # next power of two ≥ num_experts
     GROUP_M: tl.constexpr,  # row tiles per group of the grouped program order
 ):
+    """One (row tile, N tile) of the grouped product. The row tiles are each expert's segment cut into
+    ceil(count / BLOCK_M) tiles, laid end to end in expert order; a program finds its expert and first row
+    from a prefix sum of the E tile counts (in registers). ``max_tiles`` bounds the row tiles on the host
+    (every segment adds at most one partial tile): programs past the last one return at once. Rows past a
+    segment's end, columns past N and the K tail are masked; fp32 accumulation, the output in the inputs'
+    dtype."""
     # Grouped program order (as in Triton's matmul tutorial): GROUP_M consecutive row tiles sweep the N
     # tiles together, so that their A rows and each B panel are read from HBM about once, not once per
     # N tile (A) or per row tile (B).

@@ -1,27 +1,16 @@
 """W4A16 and W8A16 linear layers in Triton: weights quantised offline, dequantised in registers.
 
-What it is: ``y = x @ dequant(W)ᵀ (+ bias)`` for an ``nn.Linear``-style weight ``W [N, K]`` (out_features ×
-in_features) and 16-bit activations ``x [..., K]``, with ``W`` in one of the formats of
-``kernels.w4a16.formats`` (int4 group-wise, int8 per channel). The kernels (``kernels.w4a16.w4a16_kernels``)
-load the packed integers and dequantise them in registers: the 16-bit weight only ever exists as a register
-tile, never in memory. That is the point of the format: a decode step (M of a few tokens) is bound by
-reading the weights, and int4 reads a quarter of the 16-bit bytes (plus the scales and zero points).
+``y = x @ dequant(W)ᵀ (+ bias)`` for an ``nn.Linear``-style weight ``W [N, K]`` in a format of
+``kernels.w4a16.formats`` and 16-bit activations ``x [..., K]``. The kernels (``w4a16_kernels``) dequantise
+the packed integers in registers, so the 16-bit weight never exists in memory: a decode step is bound by
+reading the weights, and int4 reads a quarter of their 16-bit bytes. Here: the checks, the launch plan
+(``w4a16_config.choose_config``, the grid), the cached split-K workspace and one launch through
+``kernels._runtime.LaunchCache``, with no memset and no copy of a contiguous 2-D x.
 
-This module is the launcher and the public functions: argument checks, the launch plan (a cached
-``choose_config`` from ``kernels.w4a16.w4a16_config`` and the grid), the split-K workspace, and one kernel
-launch through ``kernels._runtime.LaunchCache`` (after the first launch of a kind, the compiled kernel's
-launcher directly, without Triton's per-call argument binding); no device guard unless x is on another
-device than the current one, no memset, no copy of a contiguous 2-D x.
-
-Handles: any M (including 0) and leading dimensions, any N (masked tails), K a multiple of the group size
-(int4) or any K (int8), float16 and bfloat16 activations on the GPU, float32 activations as an exact
-testing mode. Does not handle: activation quantisation, act-order (GPTQ's permuted groups), a backward pass.
-
-Tested: in Triton's interpreter on the CPU (float16, float32; odd shapes, tails, every split and operand
-order, both scale placements, the int4 and int8 kernels, split-K counters reused across shapes), compiled
-for sm_90 on the CPU, and on an H200 with the GPU-marked tests (bf16 included; the PTX and plain-Triton
-forms bit for bit): tests/kernels/test_w4a16.py. Triton 3.6's interpreter computes bfloat16 wrongly, so
-the bf16 paths are checked on a GPU only.
+Handles: any M (0 included) and leading dims, any N, K a multiple of the group size (int4) or any K (int8),
+float16 and bfloat16 activations on a GPU, exact float32. Does not handle: activation quantisation,
+act-order (GPTQ's permuted groups), a backward pass. Tested in the interpreter, compiled for sm_90, and on an
+H200 (bf16 included): tests/kernels/test_w4a16.py.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """The ``@triton.jit`` kernels of the W4A16 / W8A16 linear layers (launched by ``kernels.w4a16.w4a16``).
 
-``_w4a16_kernel``: ``y = x @ dequant(W)ᵀ`` on tensor cores for the int4 format of ``kernels.w4a16.formats``.
-Grid (M tiles, N tiles, K slices). Per 128-input packing block a program loads one ``[BLOCK_N, 16]`` word
-tile; nibble i of those words is the contiguous K range ``k0 + 16i … k0 + 16i + 15``, so the block is 8
-products of K = 16 against 16-column slices of x loaded straight from memory (no reshape of unpacked
-nibbles). ``SWAP_AB`` computes ``outᵀ = W · xᵀ`` so that the dequantised weight is the MMA's A operand, the
-one Hopper's wgmma takes from registers (a decode step's few rows of x become the 16-wide N side).
-
-Dequantisation (``DEQ``): with scales in x's 16-bit dtype, in that dtype without an int-to-float
-conversion: ``MAGIC | q`` is the bits of ``2^e + q`` (1024 + q in fp16, 128 + q in bf16), minus the stored
-``2^e + z`` is ``q − z`` exactly; then either times ``s`` before the MMA (DEQ 0: the single rounding that
-``dequantize(weight, x.dtype)`` makes) or, scale after (DEQ 3), ``q − z`` itself into the MMA, each group's
-fp32 sum then multiplied by the group's scale (the weight is never rounded to 16 bits). Compiled for sm_90
-both go through PTX on pairs of values (``_w4_dequant_sz``: per two weights one shift, one ``lop3``, one
-``sub``, and one ``mul`` with the scale); the plain-Triton form gives the same bits and is what the
-interpreter runs. Other scale dtypes (DEQ 1) dequantise in fp32 and round once to x's dtype; fp32
-activations (DEQ 2) keep an exact IEEE (not TF32) product.
-
-Split-K in one launch and deterministic (``_w4_epilogue``): each K slice stores its fp32 partial sum to a
-``[split, M, N]`` workspace and increments its output tile's counter (atomic, acq_rel); the last slice to
-arrive adds the partial sums in the fixed order 0, 1, …, adds the bias, stores the output and puts the
-counter back to 0. ``_w4_unpack_kernel`` dequantises to memory with the same helper (the unfused
-baseline). ``_w8a16_matmul_kernel`` is a plain tiled kernel for the int8 per-channel format, whose split-K
-uses a second, reduce kernel (``_splitk_reduce_kernel``).
-
-Tested through the launcher (tests/kernels/test_w4a16.py): in Triton's interpreter on the CPU, and compiled
-for sm_90 on the CPU (wgmma, the PTX pairs, no layout conversion in the K loop, no local memory).
+``_w4a16_kernel``: ``y = x @ dequant(W)ᵀ`` on the tensor cores for the int4 format of ``formats``, the weight
+dequantised in registers from the packed words (``_w4_dequant_sz``: no int-to-float conversion; PTX on pairs
+of weights on sm_90), split-K in one deterministic launch (``_w4_epilogue``). ``_w4_unpack_kernel``: the
+unfused baseline, dequantised to memory by the same helper. ``_w8a16_matmul_kernel``: the int8 per-channel
+format. Tested through the launcher (tests/kernels/test_w4a16.py) in the interpreter, and compiled for sm_90
+on the CPU (wgmma, the PTX pairs, no layout conversion in the K loop, no local memory).
 """
 
 from __future__ import annotations
@@ -71,7 +51,9 @@ _PAIRS_BF16_SCALE = tl.constexpr(_pairs_ptx("bf16x2", 0x43004300, True))
 def _w4_dequant_sz(words, sz, i: tl.constexpr, MAGIC: tl.constexpr, SCALE: tl.constexpr, USE_ASM: tl.constexpr):
     """Nibble i of every word from the int32 ``scale_zero`` words ``sz`` (broadcast to the words' shape), in
     fp16 (MAGIC 0x6400) or bf16 (0x4300): ``(q − z) · s`` with SCALE (DEQ 0: the same bits as
-    ``_w4_dequant``), ``q − z`` (exact) without (DEQ 3, the scale applied to the product's fp32 sum).
+    ``_w4_dequant``), ``q − z`` (exact) without (DEQ 3, the scale applied to the product's fp32 sum, so the
+    weight is never rounded to 16 bits). No int-to-float conversion: ``MAGIC | q`` is the bits of ``2^e + q``
+    (1024 + q in fp16, 128 + q in bf16), and subtracting the stored ``2^e + z`` leaves ``q − z`` exactly.
 
     USE_ASM (compiled for sm_90): PTX on two words at a time, so that each instruction serves two weights
     (an ``f16x2``/``bf16x2`` register): one ``prmt`` puts 16 bits of each word side by side (nibbles 0–3 or
@@ -109,6 +91,9 @@ def _w4_dequant_sz(words, sz, i: tl.constexpr, MAGIC: tl.constexpr, SCALE: tl.co
 
 @triton.jit
 def _w4_mma(acc, w, x, SWAP_AB: tl.constexpr, DEQ: tl.constexpr):
+    """``acc`` plus one K = 16 product: x · Wᵀ, or with SWAP_AB outᵀ = W · xᵀ, so that the dequantised weight
+    is the MMA's A operand, the one Hopper's wgmma takes from registers (a decode step's few rows of x become
+    the 16-wide N side). DEQ 2 (fp32 activations) keeps an exact IEEE product, not TF32."""
     if SWAP_AB:
         a = w
         b = x
@@ -125,7 +110,7 @@ def _w4_mma(acc, w, x, SWAP_AB: tl.constexpr, DEQ: tl.constexpr):
 @triton.jit
 def _w4a16_kernel(
     X,  # (M, K) activations
-    W,  # (N, K // 8) int32, the blocked packing (module docstring)
+    W,  # (N, K // 8) int32, the blocked packing (kernels.w4a16.formats)
     S,  # (N, K // GROUP) scales (any strides; quantize() stores them N-contiguous)
     Z,  # (N, K // GROUP) uint8 zero points, or None (symmetric: the zero is 8)
     Bias,  # (N,) or None
@@ -416,6 +401,8 @@ def _w8a16_matmul_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
+    """The int8 per-channel format: a plain tiled kernel, each output channel's scale applied after the K
+    loop; with SPLIT_K, fp32 partial sums per K slice that ``_splitk_reduce_kernel`` adds in a fixed order."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)

@@ -36,7 +36,7 @@ import triton.language as tl
 from attention_checks import random_tensors
 
 from kernels import tolerance
-from kernels.attention import fa3, fp8, reference
+from kernels.attention import fa3, fp8, fp8_quant, reference
 
 F16, BF16 = torch.float16, torch.bfloat16
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,9 @@ def test_quantize_rejects_bad_input():
     bad = x.clone()
     bad[0, 0, 1, 2] = float("inf")
     with pytest.raises(ValueError, match="NaN or Inf"):
-        fp8.quantize(bad, "head")
+        fp8.quantize(bad, "head", check_finite=True)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        fp8.quantize(bad, "none", check_finite=True)
     with pytest.raises(ValueError, match="block size"):
         fp8.dequantize(x.to(torch.float8_e4m3fn), torch.ones(1, 1, 1))
 
@@ -173,7 +175,7 @@ def test_rotation_spreads_outliers():
 def _round_kernel(X, Y, N: tl.constexpr, EMULATE: tl.constexpr):
     x = tl.load(X + tl.arange(0, N))
     if EMULATE:
-        y = fp8._round_to_e4m3(x)
+        y = fp8_quant.round_to_e4m3(x)
     else:
         y = x.to(tl.float8e4nv).to(tl.float32)
     tl.store(Y + tl.arange(0, N), y)
@@ -578,9 +580,11 @@ def test_forward_quantized_rejects_bad_scale_values(value, device):
     bad = torch.ones(1, 2, device=device)
     bad[0, 1] = value
     with pytest.raises(ValueError, match="v_scale must be positive and finite"):
+        fp8.forward_quantized(q8, k8, v8, one, one, bad, check_scale_values=True)
+    if value == -1.0:  # unchecked (the default), the caller vouches for the scales: no read-back, no error
         fp8.forward_quantized(q8, k8, v8, one, one, bad)
-    if value == -1.0:  # unchecked, the caller vouches for the scales: no read-back, no error
-        fp8.forward_quantized(q8, k8, v8, one, one, bad, check_scale_values=False)
+    with pytest.raises(TypeError, match="check_scale_values must be True or False"):
+        fp8.forward_quantized(q8, k8, v8, one, one, one, check_scale_values=None)
 
 
 def test_forward_quantized_rejects_bad_scale_shapes_and_blocks(device):
@@ -638,6 +642,117 @@ def test_refuses_gpus_without_fp8():
 
 
 # ---------------------------------------------------------------------------------------------------
+# Host synchronisation: none unless a check is asked for
+# ---------------------------------------------------------------------------------------------------
+
+# the ways a tensor's values reach the host; on a GPU each one waits for the work queued before it
+_HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
+
+
+def _record_host_reads(monkeypatch) -> list[str]:
+    """Patch the host reads of ``torch.Tensor`` to record each one the kernels package itself makes (Triton's
+    interpreter reads tensors to run a kernel on the CPU: its own files are not counted). Counts on the CPU
+    what would synchronise on a GPU."""
+    reads: list[str] = []
+    package = str(ROOT / "kernels")
+
+    def recording(name, original):
+        def read(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code
+            if caller.co_filename.startswith(package):
+                reads.append(f"{name} in {Path(caller.co_filename).name}:{caller.co_name}")
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in _HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, recording(name, getattr(torch.Tensor, name)))
+    return reads
+
+
+def _fp16_qkv(device, n=40, d=64):
+    return random_tensors([(1, 2, n, d)] * 3, F16, device, seed=3)
+
+
+def test_attention_reads_nothing_back_unless_asked(device, monkeypatch):
+    """``fp8.attention`` quantises and runs the kernel without reading a value back; ``check_finite=True``
+    reads the quantiser's three device-side counts at once and refuses NaN or Inf, naming the tensor."""
+    q, k, v = _fp16_qkv(device)
+    reads = _record_host_reads(monkeypatch)
+    out = fp8.attention(q, k, v, causal=True)
+    assert reads == [] and torch.isfinite(out).all()
+    fp8.attention(q, k, v, causal=True, check_finite=True)
+    assert reads == ["tolist in fp8_quant.py:check_finite"], reads
+    bad = k.clone()
+    bad[0, 1, 7, 3] = float("nan")
+    with pytest.raises(ValueError, match="cannot quantise k: it holds NaN or Inf"):
+        fp8.attention(q, bad, v, check_finite=True)
+    with pytest.raises(TypeError, match="check_finite must be True or False"):
+        fp8.attention(q, k, v, check_finite="yes")
+
+
+def test_two_step_path_reads_nothing_back_unless_asked(device, monkeypatch):
+    """The documented two-step path, ``quantize_qkv`` then ``forward_quantized``, reads nothing back by default
+    (it read each of the three scales back before): for the Triton kernel, which runs here, and up to the
+    launch for the FA-3 kernel's layout, which needs a Hopper GPU. ``check_scale_values=True`` reads the
+    three scales."""
+    q, k, v = _fp16_qkv(device)
+    reads = _record_host_reads(monkeypatch)
+    qb, kvb = fp8.blocks("triton", 64)
+    quantised = fp8.quantize_qkv(q, k, v, "block", blocks=(qb, kvb))
+    out = fp8.forward_quantized(*quantised, causal=True, out_dtype=F16)
+    assert reads == [] and torch.isfinite(out).all()
+    fp8.forward_quantized(*quantised, causal=True, out_dtype=F16, check_scale_values=True)
+    assert len(reads) == 3 and all(r.startswith("__bool__ in fp8.py:_check_scale") for r in reads), reads
+
+    reads.clear()
+    q8, k8, v8, qs, ks, vs = fp8.quantize_qkv(q, k, v, "block", blocks=fp8.blocks("fa3", 64), fa3_layout=True)
+    assert isinstance(v8, fa3.FP8Values)
+    if device == "cpu":  # every check runs, then the FA-3 kernel refuses to run off Hopper
+        with pytest.raises(RuntimeError, match="Hopper"):
+            fp8.forward_quantized(q8, k8, v8, qs, ks, vs, causal=True, kernel="fa3")
+    assert reads == []
+
+
+def test_quantize_and_dequantize_read_nothing_back_unless_asked(device, monkeypatch):
+    """The torch quantiser reads nothing back by default: a group holding NaN or Inf gets a scale of +Inf, as
+    in the fused quantiser; ``check_finite=True`` refuses it. ``dequantize`` checks shapes only."""
+    (x,) = random_tensors([(1, 2, 40, 32)], torch.float32, device)
+    x[0, 1, 20, 5] = float("inf")
+    x[0, 0, 3, 1] = float("nan")
+    reads = _record_host_reads(monkeypatch)
+    x8, scale = fp8.quantize(x, "block", 16)
+    fp8.dequantize(x8, scale, 16)
+    assert reads == []
+    assert torch.isinf(scale[0, 1, 1]) and torch.isinf(scale[0, 0, 0]) and torch.isfinite(scale[0, 0, 1])
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        fp8.quantize(x, "block", 16, check_finite=True)
+    assert reads == ["__bool__ in fp8.py:quantize"]
+
+
+@pytest.mark.gpu
+def test_fp8_entries_do_not_synchronise_on_a_gpu():
+    """On a GPU, with torch's synchronisation check set to raise: the one-call path and the two-step path on
+    the kernel this GPU runs (FA-3's layout on Hopper), after a first call has compiled them."""
+    if torch.cuda.get_device_capability() < fp8.MIN_CAPABILITY:
+        pytest.skip("needs FP8 tensor cores (compute capability ≥ 8.9)")
+    q, k, v = random_tensors([(1, 4, 1000, 128)] * 3, BF16, "cuda", seed=5)
+    kernel = fp8.kernel_for(q.device, 128)
+    quantise = lambda: fp8.quantize_qkv(  # noqa: E731
+        q, k, v, "block", blocks=fp8.blocks(kernel, 128), fa3_layout=kernel == "fa3"
+    )
+    fp8.attention(q, k, v, causal=True)
+    fp8.forward_quantized(*quantise(), causal=True)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fp8.attention(q, k, v, causal=True)
+        fp8.forward_quantized(*quantise(), causal=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+# ---------------------------------------------------------------------------------------------------
 # The GPU path, compiled without a GPU
 # ---------------------------------------------------------------------------------------------------
 
@@ -646,9 +761,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
     import re, sys
     import triton
     from triton.backends.compiler import GPUTarget
-    from kernels.attention import fp8
+    from kernels.attention import fp8, fp8_kernels
 
-    fn = fp8._fp8_fwd_kernel
+    fn = fp8_kernels._fp8_fwd_kernel
     cfg = fp8.default_config(128)  # the shipped GPU tiles (TRITON_INTERPRET=0 here)
     consts = dict(HEAD_DIM=128, BLOCK_D=128, IS_CAUSAL=True, EVEN_N=False, EVEN_D=True, V_SCALE_PER_TILE=True,
                   EMULATE_P_CAST=False, P_SCALE=fp8.P_SCALE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n)

@@ -45,7 +45,6 @@ def fa3_kernel(
     from triton.experimental.gluon import language as gl
 
     from kernels.attention import fa3
-    from kernels.attention.fa3_kernels import _fa3_fwd_kernel
 
     sched = fa3.schedule_of(schedule)
     config = fa3.default_config(head_dim, fp8)
@@ -75,13 +74,12 @@ def fa3_kernel(
         "vs_ptr": "*fp32",
         "qk_scale": "fp32",
     }
-    return sass.compile_kernel(_fa3_fwd_kernel, kinds, constexprs, 90, options, gluon=True), config
+    return sass.compile_kernel(fa3.forward_kernel(), kinds, constexprs, 90, options, gluon=True), config
 
 
 def fa2_kernel(head_dim: int, dtype: str, causal: bool, capability: int, tile: str = FA2_TILE):
     """Our FA-2 forward kernel for one tile configuration, aligned inputs and even tiles."""
     from kernels.attention import fa2
-    from kernels.attention.fa2_kernels import _attn_fwd_kernel
 
     cfg = fa2.FA2Config.parse(tile)
     name = _DTYPES[dtype]
@@ -106,7 +104,7 @@ def fa2_kernel(head_dim: int, dtype: str, causal: bool, capability: int, tile: s
     )
     kinds = {"Q": f"*{name}", "K": f"*{name}", "V": f"*{name}", "Out": f"*{name}", "LSE": "*fp32", "sm_scale": "fp32"}
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    return sass.compile_kernel(_attn_fwd_kernel, kinds, constexprs, capability, options), cfg
+    return sass.compile_kernel(fa2.forward_kernel(), kinds, constexprs, capability, options), cfg
 
 
 def _row(
