@@ -2,7 +2,8 @@
 
 Each family's performance targets (``targets`` of its ``claims.yaml``) are judged by the audit's engine on a
 GPU's tables, each a line with what was measured, the value, the target and whether it is met (the verdict:
-holds → yes, partly, fails → no; "borderline" where the timings' p20–p80 band reaches another verdict); a
+holds → yes, partly, fails → no; "borderline" where the timings' band reaches another verdict: p20–p80,
+widened to the repeat rounds' medians where the rows have them, ``analysis.audit.band``); a
 family with a ``summary.py`` adds lines without a target (``analysis.core.summaries.Line``). ``markdown``
 writes them as ``summary.md`` of the result set (``reports/reference/<gpu>/summary.md`` for a shipped set,
 ``results/<gpu>/summary.md`` for one measured now; rule ``summary``), and ``readme_block`` the README's table of

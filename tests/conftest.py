@@ -82,8 +82,9 @@ def env() -> dict:
 
 
 @pytest.fixture
-def fake_timing(monkeypatch) -> list[tuple[float, float]]:
-    """Harness timing and peak memory without a GPU (``fake_harness``); the timing calls' (warmup, rep)."""
+def fake_timing(monkeypatch):
+    """Harness timing and peak memory without a GPU (``fake_harness``); the timing calls' (warmup, rep), and
+    in ``.rounds`` the repeat rounds'."""
     import fake_harness
 
     return fake_harness.install(monkeypatch)

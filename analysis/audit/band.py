@@ -1,17 +1,26 @@
-"""Borderline verdicts: every measured verdict judged again across the p20–p80 band of the timings it reads.
+"""Borderline verdicts: every measured verdict judged again across the band of the timings it reads.
 
-A measured verdict rests on median times, and a rerun's medians fall somewhere in the rows' p20–p80 band; a
-verdict that another rerun could flip should say so. So every verdict that reads the timings (found
-generically: the claim is re-judged with every time blanked out, and one whose verdict, observed value or
-note changes depends on them) is judged again across that band: every timed row's time moved from its
-median towards its p20 or p80 (and its TFLOP/s and GB/s with it, which are per median time), at
-``BAND_LEVELS`` along the way, along ``band_paths`` (every row the same way; and, so that a ratio of two
-implementations reaches both its extremes, one set of implementations one way and the rest the other, for
-partitions of the implementations that separate every pair; a split that leaves all the rows a claim reads
-on one side is recognised at its ends and not walked). A verdict that changes anywhere on the way is
-**borderline**: ``band`` lists the verdicts reached, ``borderline`` is True. Nothing is random: the same
-tables give the same verdicts and bands. The levels are eight steps from p20 to p80: a verdict whose window
-lies inside the band but is narrower than a step can be missed.
+A measured verdict rests on median times, and a rerun's medians fall elsewhere; a verdict that another run
+could flip should say so. Each timed row's band runs from its p20 to its p80 (the spread of single calls in
+its block of repetitions), widened where the row carries repeat rounds (the harness's step 6: the point's
+implementations timed again in turn after all were measured, ``ms_round_min`` and ``ms_round_max``, the
+lowest and highest round median) to cover them: from the lower of p20 and the lowest round median to the
+higher of p80 and the highest. That is the run-to-run spread the run measured and no more; rows without
+rounds (the shipped tables before them) keep p20-p80. So a verdict whose value lies within its rows' spread
+of an edge is borderline in the run on either side of the edge, and a rerun that changes it was flagged in
+both (``analysis.compare_verdicts`` checks that between two result sets).
+
+Every verdict that reads the timings (found generically: the claim is re-judged with every time blanked
+out, and one whose verdict, observed value or note changes depends on them) is judged again across the
+band: every timed row's time moved from its median towards its band's lower or upper end (and its TFLOP/s
+and GB/s with it, which are per median time), at ``BAND_LEVELS`` along the way, along ``band_paths`` (every
+row the same way; and, so that a ratio of two implementations reaches both its extremes, one set of
+implementations one way and the rest the other, for partitions of the implementations that separate every
+pair; a split that leaves all the rows a claim reads on one side is recognised at its ends and not walked).
+A verdict that changes anywhere on the way is **borderline**: ``band`` lists the verdicts reached,
+``borderline`` is True. Nothing is random: the same tables give the same verdicts and bands. The levels are
+eight steps from the lower end to the upper: a verdict whose window lies inside the band but is narrower
+than a step can be missed.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ from analysis.audit.claims import Claim
 from analysis.audit.context import ANALYTIC, Context, Results
 from analysis.audit.verdicts import Verdict
 
-# Where in its band each timed row's time is put: 0 = its p20, 0.5 = its median, 1 = its p80 (linear in
-# between, on each side of the median). Eight steps: a verdict whose "holds" window spans more than an
-# eighth of the way from median to p20 or p80 is not stepped over.
+# Where in its band each timed row's time is put: 0 = its lower end (p20, or a lower round median), 0.5 = its
+# median, 1 = its upper end (p80, or a higher round median); linear in between, on each side of the median.
+# Eight steps: a verdict whose "holds" window spans more than an eighth of the way from the median to an end
+# is not stepped over.
 BAND_LEVELS = (0.0, 0.125, 0.25, 0.375, 0.625, 0.75, 0.875, 1.0)
 
 
@@ -39,11 +49,26 @@ TIMED = "ms_median"
 PER_TIME = ("tflops", "gbps")  # per median time: scaled with it
 
 
+ROUNDS = ("ms_round_min", "ms_round_max")  # the lowest and highest repeat-round median (harness, step 6)
+
+
+def _column(df: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in df.columns:
+        return np.full(len(df), math.nan)
+    return pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+
+
+def ends(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's band: from the lower of its p20 and its lowest round median to the higher of its p80 and its
+    highest round median (NaN rounds: p20 to p80)."""
+    low, high = (_column(df, c) for c in ROUNDS)
+    return np.fmin(_column(df, "ms_p20"), low), np.fmax(_column(df, "ms_p80"), high)
+
+
 def _at_levels(df: pd.DataFrame, level: np.ndarray) -> pd.DataFrame:
-    """``df`` with each row's time at ``level`` of its band (rows without p20/p80 keep their median)."""
+    """``df`` with each row's time at ``level`` of its band (``ends``; rows without one keep their median)."""
     med = pd.to_numeric(df[TIMED], errors="coerce").to_numpy(dtype=float)
-    lo = pd.to_numeric(df["ms_p20"], errors="coerce").to_numpy(dtype=float)
-    hi = pd.to_numeric(df["ms_p80"], errors="coerce").to_numpy(dtype=float)
+    lo, hi = ends(df)
     t = np.where(level < 0.5, lo + (med - lo) * (2 * level), med + (hi - med) * (2 * level - 1))
     t = np.where(np.isfinite(t) & (t > 0), t, med)
     out = df.copy()

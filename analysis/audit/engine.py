@@ -75,8 +75,8 @@ def part_of(claim: Claim, v: Verdict) -> Verdict:
 def audit(claims: list[Claim], ctx: Context, evaluators: dict[str, Callable], band: bool = True) -> pd.DataFrame:
     """Evaluate every claim with its evaluator of ``evaluators``; one row per claim and GPU judged (analytic
     claims: gpu '-'). With ``band``, each measured verdict that reads the timings is also judged across its
-    rows' p20–p80 band (``analysis.audit.band``): ``band`` lists the verdicts reached, ``borderline`` says
-    whether there is more than one."""
+    rows' band (p20–p80, widened to their repeat rounds' medians: ``analysis.audit.band``): ``band`` lists the
+    verdicts reached, ``borderline`` says whether there is more than one."""
     rows = []
     moved = Band(ctx, lambda c, x: judge(c, x, evaluators)) if band else None
     for claim in claims:
@@ -119,7 +119,7 @@ def _tolerance_text(claim: Claim) -> str:
 
 def summary(verdicts: pd.DataFrame) -> dict[str, int]:
     """Count of claims per verdict (a claim judged on several GPUs counts once per GPU), then how many of
-    them are borderline (their verdict changes inside the p20–p80 band of the timings they use)."""
+    them are borderline (their verdict changes inside the band of the timings they use)."""
     counts = verdicts["verdict"].value_counts()
     out = {v: int(counts.get(v, 0)) for v in VERDICTS}
     out["borderline"] = int(verdicts["borderline"].sum()) if "borderline" in verdicts else 0

@@ -3,10 +3,20 @@
 A family's plan estimates one shard (``estimate_seconds``, ``compile_keys``, ``COMPILE_S``; an estimate fitted to
 a shipped run's logs, not a measurement); ``tally_budget`` adds its shards up per experiment and
 ``format_budget`` prints the table that ``workflow/config.yaml`` quotes under each family's section
-(``python -m analysis.budget`` recomputes every family's, and a test keeps the quotes equal).
+(``python -m analysis.budget`` recomputes every family's, and a test keeps the quotes equal). ``rounds_seconds`` is
+what every plan adds for a timed point's repeat rounds (``analysis.core.harness``, step 6).
 """
 
 from __future__ import annotations
+
+ROUND_SCALE = 0.25  # a repeat round's share of the point's warm-up and repetition time (harness.ROUND_SCALE)
+ROUND_CALLS = 1  # the fewest calls of a round: one timed (no warm-up where a call outlasts it)
+
+
+def rounds_seconds(rounds: int, warmup_ms: float, rep_ms: float, call_s: float) -> float:
+    """Seconds of a timed point's ``rounds`` repeat rounds: each ``ROUND_SCALE`` of its warm-up and repetition
+    time, or ``ROUND_CALLS`` call of ``call_s`` seconds where that takes longer."""
+    return rounds * max(ROUND_SCALE * (warmup_ms + rep_ms) / 1e3, ROUND_CALLS * call_s)
 
 
 def tally_budget(shards: dict[str, dict], spec_of, estimate, keys_of, compile_s: dict) -> dict[str, dict]:

@@ -31,6 +31,24 @@ Method, per benchmark point:
    ``ms_median``; where the two differ by more than 20% the operator figures show both.
 5. Telemetry: while the point is timed, a thread samples NVML every 10 ms (SM and memory clock,
    temperature, power), so that a throttled measurement can be recognised in the tables.
+6. Run-to-run spread: between two runs a median moves by more than its own p20-p80 band, which is the
+   spread of single calls within one block of repetitions (clocks, temperature and power differ from one
+   run, and one moment, to the next). So, where an experiment asks for it (``spread_rounds``; 3 in the
+   default grid), each point is timed again in repeat rounds once every implementation of it was measured
+   (``Rounds``): round after round, each implementation's callable in turn, interleaved with its baselines
+   (A, B, C, A, B, C, ...), each round step 4 again at ``ROUND_SCALE`` (a quarter) of the point's warm-up
+   and repetition time (as many warm-up calls as fit in it, none for a call that outlasts it, and at least
+   one timed call), with the wait and the repetition estimate of the point's own timing; each round's
+   median is kept. Spacing: between an implementation's main timing and its first round lie the gates,
+   compiles and timings of the point's other implementations (seconds on an H200), between two of its
+   rounds one round of each other implementation, so the rounds meet other clock and thermal states than
+   the main timing did, while the ratios between the point's implementations are taken close in time. A
+   row records how many rounds it was timed in (``spread_rounds``) and the lowest and highest round
+   median (``ms_round_min``, ``ms_round_max``); its median and p20/p80 stay the main timing's. The audit's
+   borderline band widens each row's p20-p80 to them (``analysis.audit.band``). What the rounds cannot
+   see: what is fixed for a whole process (an autotuner's choice, the memory layout) and GPU states no
+   round met; ``analysis.compare_verdicts`` compares two result sets' verdicts. A round that fails leaves
+   the row the rounds before it, and its message says why.
 
 What is timed is a callable the experiment builds (``analysis.families._shared.attention_measure``): the forward call;
 for the backward alone, ``torch.autograd.grad`` on a forward graph built beforehand; or both. Steps 2-5
@@ -55,12 +73,17 @@ DEFAULT_WARMUP_MS = 25
 DEFAULT_REP_MS = 100
 
 
+GPU_WAIT_CYCLES = 200_000  # the shortest GPU-side wait: about 100 µs at the H200's 1.98 GHz
+
+
 @dataclasses.dataclass(frozen=True)
 class Timing:
     ms_median: float
     ms_p20: float
     ms_p80: float
     host_ms: float = math.nan  # the host-side cost of one eager call (module docstring, step 4)
+    wait: int = GPU_WAIT_CYCLES  # the GPU-side wait before each repetition, in clock cycles (step 4)
+    rep_estimate_ms: float = math.nan  # one repetition with its flush and wait: how many fit in a time
 
 
 _WARMED: set[int] = set()
@@ -85,7 +108,6 @@ def warm_device(ms: float = 200.0) -> None:
     del a
 
 
-GPU_WAIT_CYCLES = 200_000  # the shortest GPU-side wait: about 100 µs at the H200's 1.98 GHz
 HOST_MARGIN = 1.5  # the wait against the call's host time (module docstring, step 4)
 MAX_WAIT_MS = 50.0  # (a call that spends longer on the host is mostly synchronising, which no wait hides)
 HOST_REPS = 21  # eager calls timed on the host for host_ms
@@ -93,36 +115,27 @@ FLUSH_BYTES = 256 * 2**20
 _FLUSH: dict[int, torch.Tensor] = {}
 
 
-def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep_ms: float = DEFAULT_REP_MS) -> Timing:
-    """Median and 20th/80th percentile time of ``fn`` in ms (method in the module docstring, step 4)."""
-    warm_device()
+def _flush_buffer() -> torch.Tensor:
     device = torch.cuda.current_device()
     flush = _FLUSH.get(device)
     if flush is None:
         flush = _FLUSH[device] = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    return flush
+
+
+def _repetitions(fn: Callable[[], object], wait: int, warmup: int, reps: int) -> torch.Tensor:
+    """``warmup`` untimed then ``reps`` timed calls of ``fn``, each after the L2 flush and the GPU-side wait of
+    ``wait`` cycles (step 4); the times in ms."""
+    flush = _flush_buffer()
     event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    fn()
-    torch.cuda.synchronize()
-    host_ms = host_time(fn)
-    wait = wait_cycles(host_ms, torch.cuda.get_device_properties(device).clock_rate)
 
     def prepare():  # before every repetition: the L2 flushed, then the wait that covers the host side
         flush.zero_()
         torch.cuda._sleep(wait)
 
-    # the number of repetitions, from 5 calls with their flushes and waits (so that rep_ms is the wall time)
-    start, end = event(), event()
-    start.record()
-    for _ in range(5):
+    for _ in range(warmup):  # warm-up repetitions like the timed ones
         prepare()
         fn()
-    end.record()
-    torch.cuda.synchronize()
-    estimate = max(start.elapsed_time(end) / 5, 1e-3)  # ms of one repetition, flush and wait included
-    for _ in range(max(1, int(warmup_ms / estimate))):  # warm-up repetitions like the timed ones
-        prepare()
-        fn()
-    reps = max(1, int(rep_ms / estimate))
     starts, ends = [event() for _ in range(reps)], [event() for _ in range(reps)]
     for i in range(reps):
         prepare()
@@ -130,9 +143,46 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep
         fn()
         ends[i].record()
     torch.cuda.synchronize()
-    times = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], dtype=torch.float64)
+    return torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], dtype=torch.float64)
+
+
+def time_gpu(fn: Callable[[], object], warmup_ms: float = DEFAULT_WARMUP_MS, rep_ms: float = DEFAULT_REP_MS) -> Timing:
+    """Median and 20th/80th percentile time of ``fn`` in ms (method in the module docstring, step 4)."""
+    warm_device()
+    device = torch.cuda.current_device()
+    flush = _flush_buffer()
+    event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    fn()
+    torch.cuda.synchronize()
+    host_ms = host_time(fn)
+    wait = wait_cycles(host_ms, torch.cuda.get_device_properties(device).clock_rate)
+
+    # the number of repetitions, from 5 calls with their flushes and waits (so that rep_ms is the wall time)
+    start, end = event(), event()
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        torch.cuda._sleep(wait)
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)  # ms of one repetition, flush and wait included
+    times = _repetitions(fn, wait, max(1, int(warmup_ms / estimate)), max(1, int(rep_ms / estimate)))
     med, p20, p80 = torch.quantile(times, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
-    return Timing(float(med), float(p20), float(p80), host_ms)
+    return Timing(float(med), float(p20), float(p80), host_ms, wait, estimate)
+
+
+ROUND_SCALE = 0.25  # a repeat round's warm-up and repetition time against the point's (step 6)
+
+
+def time_round(fn: Callable[[], object], timing: Timing, warmup_ms: float, rep_ms: float) -> float:
+    """The median time of ``fn`` in ms over one repeat round (step 6): step 4's repetitions for about
+    ``warmup_ms`` (none where one outlasts it: the previous round kept the GPU busy) and ``rep_ms`` (at least
+    one), with the wait and the repetition estimate of the point's main ``timing`` (no host timing, no
+    estimate of its own)."""
+    estimate = timing.rep_estimate_ms if timing.rep_estimate_ms > 0 else 1.0
+    times = _repetitions(fn, timing.wait, int(warmup_ms / estimate), max(1, int(rep_ms / estimate)))
+    return float(torch.quantile(times, 0.5))
 
 
 def wait_cycles(host_ms: float, clock_khz: int) -> int:
@@ -157,16 +207,141 @@ def host_time(fn: Callable[[], object], reps: int = HOST_REPS) -> float:
     return 1e3 * host[len(host) // 2]
 
 
-def measure(call: Callable[[], object], warmup_ms: float, rep_ms: float) -> dict:
+def measure(
+    call: Callable[[], object],
+    warmup_ms: float,
+    rep_ms: float,
+    again: Callable[[], Callable[[], object]] | None = None,
+) -> dict:
     """Steps 3-5 for one point: peak extra memory of one call, then its timing with NVML telemetry sampled
-    while it is timed (the once-per-process warm-up runs before the sampling starts)."""
+    while it is timed (the once-per-process warm-up runs before the sampling starts). Inside ``Rounds``
+    (step 6) the call is also registered for the point's repeat rounds: ``again()`` gives the callable each
+    round times (for one that holds much memory, such as a retained autograd graph, a new one per round;
+    by default ``call`` itself, kept until the rounds)."""
     warm_device()
     metrics = {"peak_mem_mib": peak_extra_memory_mib(call)}
     with Telemetry() as tel:
         t = time_gpu(call, warmup_ms, rep_ms)
     metrics.update(tel.summary())
     metrics.update(ms_median=t.ms_median, ms_p20=t.ms_p20, ms_p80=t.ms_p80, host_ms=t.host_ms)
+    if _OPEN is not None:
+        metrics.update(_OPEN.register(again or (lambda: call), t, warmup_ms, rep_ms))
     return metrics
+
+
+# A row's columns of step 6: the rounds it was timed in, the lowest and the highest round median (ms).
+SPREAD_COLUMNS = ("spread_rounds", "ms_round_min", "ms_round_max")
+
+
+@dataclasses.dataclass
+class _Entry:
+    """One callable registered for repeat rounds, and what its rounds gave."""
+
+    again: Callable[[], Callable[[], object]]
+    timing: Timing
+    warmup_ms: float
+    rep_ms: float
+    medians: list[float] = dataclasses.field(default_factory=list)
+    failure: str = ""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Pending:
+    """What the spread columns of a registered row hold until its rounds ran (never left in a row)."""
+
+    owner: Rounds
+    index: int
+
+
+class Rounds:
+    """Step 6 for one point. From when it is made until ``run``, ``measure`` registers every callable it times
+    with it, and the metrics it returns hold placeholders in the spread columns (``SPREAD_COLUMNS``), which the
+    point's rows carry into ``rows`` (the list they are appended to). ``run`` then times ``rounds`` repeat
+    rounds of every callable whose row finished (``ok``), in the order they were registered, one round of
+    each in turn, and gives each such row the number of rounds it was timed in and the lowest and highest
+    round median (NaN without a round). ``rounds`` 0: nothing is registered and the columns stay empty. One
+    point at a time: making a new one drops one that an exception left open (its rows are gone with it). As
+    a context manager, leaving it runs it (after an exception: only fills the rows, no rounds)."""
+
+    def __init__(self, rounds: int, rows: list[dict], scale: float = ROUND_SCALE):
+        global _OPEN
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+            raise ValueError(f"rounds must be a whole number >= 0, got {rounds!r}")
+        self.rounds, self.rows, self.scale = rounds, rows, scale
+        self.entries: list[_Entry] = []
+        _OPEN = self if rounds else None
+
+    def __enter__(self) -> Rounds:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.run()
+        else:
+            self._close()
+            self._fill()
+        return False
+
+    def register(self, again: Callable[[], Callable[[], object]], timing: Timing, warmup_ms: float, rep_ms: float):
+        """Register one timed callable (``measure`` does); returns the placeholders of its row's spread columns."""
+        token = _Pending(self, len(self.entries))
+        self.entries.append(_Entry(again, timing, warmup_ms, rep_ms))
+        return dict.fromkeys(SPREAD_COLUMNS, token)
+
+    def run(self) -> None:
+        """Stop registering, time the rounds, and fill the spread columns of the rows."""
+        self._close()
+        try:
+            self._time()
+        finally:
+            self._fill()
+
+    def _close(self) -> None:
+        global _OPEN
+        if _OPEN is self:
+            _OPEN = None
+
+    def _placed(self) -> dict[int, list[dict]]:
+        """Registered entry → the rows that carry its placeholders."""
+        out: dict[int, list[dict]] = {}
+        for row in self.rows:
+            token = row.get(SPREAD_COLUMNS[0])
+            if isinstance(token, _Pending) and token.owner is self:
+                out.setdefault(token.index, []).append(row)
+        return out
+
+    def _time(self) -> None:
+        placed = self._placed()
+        live = [self.entries[i] for i in sorted(placed) if any(r.get("status") == "ok" for r in placed[i])]
+        for _ in range(self.rounds):
+            for e in live:
+                if e.failure:
+                    continue
+                try:
+                    fn = e.again()
+                    e.medians.append(time_round(fn, e.timing, self.scale * e.warmup_ms, self.scale * e.rep_ms))
+                    del fn
+                except Exception as exc:  # the rounds before it stand; the row says why there are no more
+                    e.failure = classify(exc)[1]
+                    release_memory()
+
+    def _fill(self) -> None:
+        for i, rows in self._placed().items():
+            e = self.entries[i]
+            for row in rows:
+                done = e.medians if row.get("status") == "ok" else []
+                row.update(
+                    spread_rounds=len(done) if done else math.nan,
+                    ms_round_min=min(done) if done else math.nan,
+                    ms_round_max=max(done) if done else math.nan,
+                )
+                if e.failure and row.get("status") == "ok":
+                    why = f"repeat round {len(done) + 1} of {self.rounds} failed: {e.failure}"
+                    row["message"] = f"{row['message']}; {why}" if row.get("message") else why
+        self.entries.clear()
+
+
+_OPEN: Rounds | None = None  # the point's Rounds while it registers
 
 
 def peak_extra_memory_mib(fn: Callable[[], object], device: torch.device | None = None) -> float:

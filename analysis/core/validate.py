@@ -13,8 +13,9 @@ per column); what is checked, per file:
   empty), ``enum`` (the status vocabulary, dtypes, modes, …), ``minimum`` / ``maximum`` /
   ``exclusiveMinimum`` (value ranges);
 - the rules that tie a row's columns together (``ROW_RULES``): an ``ok`` row's error is within its bound; a
-  timed ``ok`` row has a median time; p20 ≤ median ≤ p80; a row that did not finish says why; an
-  untestable verdict says why, and a verdict is borderline exactly when its band has several verdicts.
+  timed ``ok`` row has a median time; p20 ≤ median ≤ p80; the lowest repeat round's median is not above the
+  highest; a row that did not finish says why; an untestable verdict says why, and a verdict is borderline
+  exactly when its band has several verdicts.
 
 ``read_csv`` returns the validated table with every column typed once, from its property (``typed``):
 booleans as bool (pandas' nullable boolean where the column may be empty), integers as nullable integers
@@ -155,6 +156,13 @@ def _quantiles_ordered(row: dict) -> tuple[str, str] | None:
     return None
 
 
+def _rounds_ordered(row: dict) -> tuple[str, str] | None:
+    low, high = _number(row, "ms_round_min"), _number(row, "ms_round_max")
+    if None not in (low, high) and not low <= high:
+        return "ms_round_min", f"repeat rounds out of order: lowest median {low:.4g} above the highest {high:.4g}"
+    return None
+
+
 def _failure_says_why(row: dict) -> tuple[str, str] | None:
     if row.get("status") not in (None, "", "ok") and not row.get("message", "").strip():
         return "message", f"status {row['status']} without a message saying why"
@@ -179,6 +187,7 @@ ROW_RULES: list[tuple[tuple[str, ...], Callable[[dict], tuple[str, str] | None]]
     (("status", "max_abs_err", "err_bound"), _error_within_bound),
     (("status", "timed", "ms_median"), _timed_has_time),
     (("ms_p20", "ms_median", "ms_p80"), _quantiles_ordered),
+    (("ms_round_min", "ms_round_max"), _rounds_ordered),
     (("status", "message"), _failure_says_why),
     (("verdict", "note"), _untestable_says_why),
     (("band", "borderline"), _borderline_matches_band),

@@ -150,5 +150,21 @@ def counting(rows: list[dict]) -> dict:
     return out
 
 
+def borderline(rows: list[dict]) -> dict:
+    """How many measured verdict rows are borderline (``count``) of those judged (``judged``: measured, not
+    untestable), and ``text``: the first screen's sentence saying so and what it means (the rule:
+    ``analysis.audit.band``)."""
+    judged = [r for r in rows if r["gpu_slug"] != audit.ANALYTIC and r["verdict"] != "untestable"]
+    count = sum(bool(r["is_borderline"]) for r in judged)
+    text = (
+        f"{count} of {_n(len(judged), 'measured verdict row')} {'is' if count == 1 else 'are'} borderline: "
+        "judged again with every time it reads moved across its band (the row's p20–p80, widened to the lowest "
+        "and highest median of its repeat rounds where it has them: the run-to-run spread the run measured), the "
+        "verdict changes, so another run may give the other verdict. A verdict within that spread of its edge is "
+        "borderline in the runs on both sides of it; the others held across it."
+    )
+    return {"count": count, "judged": len(judged), "text": text}
+
+
 def _n(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"

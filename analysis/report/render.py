@@ -305,9 +305,11 @@ def verdict_section(verdicts: pd.DataFrame | None, gpus: list[dict]) -> dict | N
     topics: dict[str, list[dict]] = {}
     for r in rows:
         topics.setdefault(r["topic"], []).append(r)
+    flagged = claims.borderline(rows)
     return {
         "counts": [(k, int(counts.get(k, 0))) for k in VERDICT_ORDER],
-        "borderline": sum(r["is_borderline"] for r in rows),
+        "borderline": flagged["count"],
+        "borderline_rule": flagged["text"],
         "counting": claims.counting(rows),
         "headlines": claims.headlines(rows, figures),
         "topics": [{"topic": t, "title": rs[0]["topic_title"], "rows": rs} for t, rs in topics.items()],

@@ -216,6 +216,22 @@ def test_the_first_screen_counts_claims_parts_and_rows_from_the_rows():
     )
 
 
+def test_the_first_screen_counts_the_borderline_rows_of_the_measured_ones_and_says_what_that_means():
+    df = _verdicts(
+        [
+            {"claim_id": "fa1-speed-mem.speed", "verdict": "holds", "gpu": "-"},
+            {"claim_id": "fa1-speed-mem.speed", "verdict": "fails", "gpu": "h200", "band": "holds, fails"},
+            {"claim_id": "fa1-speed-mem.memory", "verdict": "holds", "gpu": "h200", "band": "holds"},
+            {"claim_id": "fa2-mfu.utilisation", "verdict": "untestable", "gpu": "h200", "note": "no rows"},
+        ]
+    )
+    df["borderline"] = [False, True, False, False]
+    got = claims_view.borderline(claims_view.claim_rows(df, registry.claims(), set()))
+    assert (got["count"], got["judged"]) == (1, 2)  # the analytic and the untestable rows are not judged
+    assert got["text"].startswith("1 of 2 measured verdict rows is borderline: judged again with every time")
+    assert "p20–p80, widened to the lowest and highest median of its repeat rounds" in got["text"]
+
+
 def test_the_first_screen_says_whether_a_gpu_type_was_shipped_or_measured_by_this_run():
     a, b = "a" * 40, "b" * 40
     rows = pd.DataFrame(

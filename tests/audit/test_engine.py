@@ -1,8 +1,10 @@
 """The verdict engine on small fixture tables: claims not built, claims without tables, GPU types the
-specification table lacks, and borderline verdicts (the p20–p80 band of the timings)."""
+specification table lacks, and borderline verdicts (the band of the timings: p20–p80, widened to the repeat
+rounds' medians)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from audit_helpers import (
@@ -11,6 +13,7 @@ from audit_helpers import (
     audit_one,
     claims_of,
     context,
+    fa3_run,
     fixture_ctx,
     fixture_row,
     judge,
@@ -129,3 +132,44 @@ def test_band_levels_cover_p20_to_p80():
     assert lows["ms_median"].iloc[0] == 1.0 and highs["ms_median"].iloc[0] == 4.0 and mid["ms_median"].iloc[0] == 2.0
     assert lows["tflops"].iloc[0] == 20.0 and highs["gbps"].iloc[0] == 2.5  # per median time: scaled with it
     assert band.BAND_LEVELS[0] == 0.0 and band.BAND_LEVELS[-1] == 1.0
+
+
+def test_the_band_widens_to_the_repeat_rounds_and_no_more():
+    """A row's band runs from the lower of p20 and its lowest round median to the higher of p80 and its highest;
+    rounds inside p20-p80, or none (tables before them), leave p20-p80."""
+    df = pd.DataFrame(
+        {
+            "impl": ["a", "b", "c"],
+            "ms_median": [2.0, 2.0, 2.0],
+            "ms_p20": [1.9, 1.9, 1.9],
+            "ms_p80": [2.1, 2.1, 2.1],
+            "ms_round_min": [1.8, 1.95, float("nan")],
+            "ms_round_max": [2.05, 2.3, float("nan")],
+        }
+    )
+    low, high = band.ends(df)
+    assert low.tolist() == [1.8, 1.9, 1.9] and high.tolist() == [2.1, 2.3, 2.1]
+    assert band.ends(df.drop(columns=list(band.ROUNDS)))[0].tolist() == [1.9] * 3
+    at = lambda level: band._at_levels(df, np.full(3, level))["ms_median"].tolist()  # noqa: E731
+    assert at(0.0) == [1.8, 1.9, 1.9] and at(1.0) == [2.1, 2.3, 2.1] and at(0.5) == [2.0] * 3
+
+
+def _fa3_util(claims, rows) -> pd.Series:
+    return measured_row(audit_one(claims, "fa3-util.utilisation", fixture_ctx(rows)))
+
+
+def test_two_runs_that_straddle_an_edge_are_both_borderline(claims):
+    """The case of two H200 runs of the default grid: FA-3's best forward at 74% of the peak in one and 76% in
+    the next, against the claim's 75% edge. Their p20-p80 bands (±0.2%) miss the edge, so neither run flagged
+    the change; with repeat rounds 2% either side of the median both runs reach the edge and are borderline,
+    each naming the other's verdict. A run as noisy but far from the edge is not."""
+    below, above = fa3_run(0.74), fa3_run(0.76)
+    assert (_fa3_util(claims, below)["verdict"], _fa3_util(claims, above)["verdict"]) == ("fails", "holds")
+    assert not _fa3_util(claims, below)["borderline"] and not _fa3_util(claims, above)["borderline"]
+    for util, verdict in ((0.74, "fails"), (0.76, "holds")):
+        row = _fa3_util(claims, fa3_run(util, rounds=0.02))
+        assert row["verdict"] == verdict and row["borderline"] and row["band"] == "holds, fails"
+    far = _fa3_util(claims, fa3_run(0.60, rounds=0.02))
+    assert far["verdict"] == "fails" and not far["borderline"] and far["band"] == "fails"
+    inside = _fa3_util(claims, fa3_run(0.80, rounds=0.02))
+    assert inside["verdict"] == "holds" and not inside["borderline"]

@@ -248,3 +248,117 @@ def test_host_time_is_the_median_host_time_of_a_call(monkeypatch):
     ms = harness.host_time(call, reps=21)
     assert len(calls) == 21
     assert 1.9 <= ms < 10
+
+
+# ---------------------------------------------------------------------------------------------------
+# Repeat rounds (step 6), with the fake timer of tests/fake_harness.py
+# ---------------------------------------------------------------------------------------------------
+
+
+def _point(fake_timing, rounds: int, names=("a", "b"), agains=None, warmup_ms=4.0, rep_ms=8.0):
+    """One point's rows: each name's callable measured inside ``Rounds(rounds)``, then the rounds run; the
+    names of the callables in the order they were called."""
+    called: list[str] = []
+    rows: list[dict] = []
+    spread = harness.Rounds(rounds, rows)
+    for name in names:
+        call = lambda n=name: called.append(n)
+        again = (agains or {}).get(name)
+        rows.append({"impl": name, "status": "ok", "message": "", **harness.measure(call, warmup_ms, rep_ms, again)})
+    spread.run()
+    return rows, called
+
+
+def test_repeat_rounds_interleave_the_implementations_of_a_point(fake_timing):
+    """Round after round, each implementation once in turn (a, b, a, b, a, b), each round a quarter of the
+    point's warm-up and repetition time; each row gets its round count and lowest and highest round median."""
+    import fake_harness
+
+    rows, called = _point(fake_timing, 3)
+    # measuring calls each twice (peak memory, then the fake timing), then the rounds one each
+    assert called == ["a", "a", "b", "b", "a", "b", "a", "b", "a", "b"]
+    assert [(w, r) for _, w, r in fake_timing.rounds] == [(1.0, 2.0)] * 6
+    low, high = min(fake_harness.ROUND_MS), max(fake_harness.ROUND_MS)
+    for row in rows:
+        assert (row["spread_rounds"], row["ms_round_min"], row["ms_round_max"]) == (3, low, high)
+        assert row["ms_median"] == fake_harness.MS  # the main timing is the row's median, alone
+
+
+def test_no_rounds_no_spread_columns(fake_timing):
+    rows, called = _point(fake_timing, 0)
+    assert called == ["a", "a", "b", "b"] and fake_timing.rounds == []
+    assert not any(set(harness.SPREAD_COLUMNS) & set(row) for row in rows)  # a row's maker leaves them empty
+    outside = harness.measure(lambda: None, 1.0, 1.0)  # no Rounds made: no spread columns at all
+    assert not set(harness.SPREAD_COLUMNS) & set(outside)
+
+
+def test_a_round_builds_its_callable_with_again(fake_timing):
+    """``again`` makes the callable of each round (a backward pass builds its forward graph anew in each)."""
+    built: list[int] = []
+
+    def again():
+        built.append(1)
+        return lambda: None
+
+    rows, called = _point(fake_timing, 2, names=("a",), agains={"a": again})
+    assert len(built) == 2 and called == ["a", "a"]  # the rounds time what again() made, not the first callable
+    assert rows[0]["spread_rounds"] == 2
+
+
+def test_rows_that_did_not_finish_get_no_rounds(fake_timing):
+    called: list[str] = []
+    rows: list[dict] = []
+    spread = harness.Rounds(3, rows)
+    metrics = harness.measure(lambda: called.append("x"), 4.0, 8.0)
+    rows.append({"impl": "x", "status": "error", "message": "failed after timing", **metrics})
+    spread.run()
+    assert called == ["x", "x"] and fake_timing.rounds == []
+    assert all(math.isnan(rows[0][c]) for c in harness.SPREAD_COLUMNS)
+
+
+def test_a_failing_round_keeps_the_rounds_before_it_and_says_why(fake_timing):
+    count = [0]
+
+    def call():
+        count[0] += 1
+        if count[0] == 4:  # peak memory, the timing, the first round; then the second round fails
+            raise RuntimeError("illegal memory access")
+
+    rows: list[dict] = []
+    spread = harness.Rounds(3, rows)
+    rows.append({"impl": "x", "status": "ok", "message": "note", **harness.measure(call, 4.0, 8.0)})
+    spread.run()
+    row = rows[0]
+    assert row["spread_rounds"] == 1 and row["ms_round_min"] == row["ms_round_max"]
+    assert row["message"] == "note; repeat round 2 of 3 failed: RuntimeError: illegal memory access"
+    assert count[0] == 4  # no further round of it
+
+
+def test_rounds_left_by_an_exception_leave_no_placeholder(fake_timing):
+    rows: list[dict] = []
+    with pytest.raises(ZeroDivisionError), harness.Rounds(3, rows):
+        rows.append({"impl": "x", "status": "ok", "message": "", **harness.measure(lambda: None, 4.0, 8.0)})
+        raise ZeroDivisionError("the point's loop failed")
+    assert fake_timing.rounds == [] and all(math.isnan(rows[0][c]) for c in harness.SPREAD_COLUMNS)
+    assert not set(harness.SPREAD_COLUMNS) & set(harness.measure(lambda: None, 1.0, 1.0))  # closed
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_rounds_must_be_a_whole_number(bad):
+    with pytest.raises(ValueError, match="rounds must be a whole number >= 0"):
+        harness.Rounds(bad, [])
+
+
+def test_the_round_scale_is_the_cost_models():
+    from analysis.core import costs
+
+    assert costs.ROUND_SCALE == harness.ROUND_SCALE
+
+
+@pytest.mark.gpu
+def test_a_round_times_what_the_main_timing_times():
+    x = torch.randn(2048, 2048, device="cuda")
+    timing = harness.time_gpu(lambda: x @ x, warmup_ms=5, rep_ms=20)
+    rounds = [harness.time_round(lambda: x @ x, timing, 2, 5) for _ in range(3)]
+    assert all(0.8 * timing.ms_median < r < 1.25 * timing.ms_median for r in rounds)
+    assert timing.rep_estimate_ms > timing.ms_median and timing.wait >= harness.GPU_WAIT_CYCLES

@@ -124,20 +124,42 @@ def test_row_rules(tmp_path):
     assert f"line {failed + 2}, column 'message': status {status} without a message" in str(info.value)
 
 
+SPREAD = ["spread_rounds", "ms_round_min", "ms_round_max"]  # the repeat rounds' columns (harness, step 6)
+
+
+def test_repeat_rounds_are_read_typed_and_in_order(tmp_path):
+    """A row with repeat rounds reads them typed; a lowest round median above the highest is an error."""
+    path = _copy(tmp_path, "attention.csv")
+    df = pd.read_csv(path)
+    timed = df.index[(df["status"] == "ok") & df["timed"]][:2]
+    df.loc[timed, SPREAD] = [[3, 0.9, 1.1], [3, 1.2, 1.1]]
+    df.to_csv(path, index=False)
+    with pytest.raises(validate.DataError) as info:
+        ATTENTION.read_rows([path])
+    assert f"line {timed[1] + 2}, column 'ms_round_min': repeat rounds out of order" in str(info.value)
+    assert f"line {timed[0] + 2}," not in str(info.value)
+    df.loc[timed[1], "ms_round_min"] = 1.0
+    df.to_csv(path, index=False)
+    read = ATTENTION.read_rows([path])
+    assert read.loc[timed, "spread_rounds"].tolist() == [3, 3] and read["spread_rounds"].isna().sum() == len(df) - 2
+
+
 def test_a_missing_optional_column_is_filled_and_documented(tmp_path):
-    """host_ms came after the first shipped tables: a table written before it lacks the column and reads with
-    it empty; it is the schema's only unrequired ops column."""
+    """host_ms and the repeat rounds' columns came after the first shipped tables: a table written before them
+    lacks the columns and reads with them empty; they are the schema's only unrequired ops columns."""
     schema = OPS.schema
-    assert set(schema["properties"]) - set(schema["required"]) == set(OPS.optional) == {"host_ms"}
+    assert set(schema["properties"]) - set(schema["required"]) == set(OPS.optional) == {"host_ms", *SPREAD}
     old = tmp_path / "ops.csv"
-    pd.read_csv(SHIPPED / "ops.csv").drop(columns=["host_ms"], errors="ignore").to_csv(old, index=False)
+    pd.read_csv(SHIPPED / "ops.csv").drop(columns=["host_ms", *SPREAD], errors="ignore").to_csv(old, index=False)
     read = OPS.read_rows([old])
     assert list(read.columns) == list(OPS.read_rows([SHIPPED / "ops.csv"]).columns)
-    assert read["host_ms"].isna().all()
+    assert read[["host_ms", *SPREAD]].isna().all().all()
+    assert str(read["spread_rounds"].dtype) == "Int64" and read["ms_round_min"].dtype == float
     att = ATTENTION.schema
     assert set(att["properties"]) - set(att["required"]) == set(ATTENTION.optional)
     assert "host_ms" in ATTENTION.columns and "host_ms" in OPS.columns
     df = ATTENTION.read_rows([SHIPPED / "attention.csv"])
+    assert set(SPREAD) <= set(ATTENTION.optional) and df[SPREAD].isna().all().all()  # shipped before them
     # rows measured before the column existed read empty; those measured since carry it where they were timed
     assert df["host_ms"].isna().any()
     timed = df[df["host_ms"].notna()]

@@ -4,9 +4,11 @@ measured (``measure``, ``measure_copy``) and the rows it makes (``base_row``, ``
 family's ``measure.run_dense`` and the FP8 family's ``run`` measure their shards with these.
 
 Modes. ``fwd`` times the forward call. ``bwd`` builds the forward graph once, outside the timed region,
-then times ``torch.autograd.grad(out, (q, k, v), do, retain_graph=True)``: the backward pass alone.
-``fwd+bwd`` times the forward call and the gradients together. TFLOP/s use the FLOPs of the mode
-(``analysis.core.flops.attention_flops``); peak memory is that of one call of the timed callable.
+then times ``torch.autograd.grad(out, (q, k, v), do, retain_graph=True)``: the backward pass alone (its
+repeat rounds, the harness's step 6, build a forward graph for each round rather than keep every
+implementation's alive until them). ``fwd+bwd`` times the forward call and the gradients together. TFLOP/s
+use the FLOPs of the mode (``analysis.core.flops.attention_flops``); peak memory is that of one call of the
+timed callable.
 
 Correctness gates speed. The output is compared with a float64 reference on a sample of query rows (the
 first and last ``check_rows // 2`` of batch 0, every head); in the gradient modes dq, dk and dv of the
@@ -227,6 +229,9 @@ METRICS = (
     "ms_p20",
     "ms_p80",
     "host_ms",
+    "spread_rounds",
+    "ms_round_min",
+    "ms_round_max",
     "tflops",
     "model_bytes",
     "gbps",
@@ -248,9 +253,10 @@ def make_row(base: dict, impl: str, status: str, message: str, columns=METRICS, 
     return point_row({"tokens": math.nan, **base}, impl, status, message, columns, **metrics)
 
 
-def time_call(call: Callable[[], object], spec: AttentionSpec) -> dict:
-    """Peak extra memory of one call, then its timing and telemetry (``harness.measure``)."""
-    return harness.measure(call, spec.warmup_ms, spec.rep_ms)
+def time_call(call: Callable[[], object], spec: AttentionSpec, again: Callable | None = None) -> dict:
+    """Peak extra memory of one call, then its timing and telemetry (``harness.measure``; ``again``: the
+    callable of each repeat round, where it is not ``call``)."""
+    return harness.measure(call, spec.warmup_ms, spec.rep_ms, again)
 
 
 def measure(spec: AttentionSpec, impl: str, cfg: str | None, p: Point, base: dict, timed: bool) -> dict:
@@ -258,6 +264,7 @@ def measure(spec: AttentionSpec, impl: str, cfg: str | None, p: Point, base: dic
         return measure_copy(spec, (p.kv,), base, timed)
     causal, dtype = spec.causal, DTYPES[spec.dtype]
     metrics: dict = {"kernel_config": cfg or ""}
+    again = None  # the callable of each repeat round, where it is not the one timed (harness.measure)
     try:
         fn = implementation(impl, cfg) if cfg else implementation(impl)
         if spec.mode == "fwd":
@@ -285,6 +292,10 @@ def measure(spec: AttentionSpec, impl: str, cfg: str | None, p: Point, base: dic
                 def call():
                     return torch.autograd.grad(out, leaves, p.do, retain_graph=True)
 
+                def again():  # a forward graph of its own for each repeat round: none is kept between them
+                    graph = fn(*leaves, causal)
+                    return lambda: torch.autograd.grad(graph, leaves, p.do, retain_graph=True)
+
             else:
                 del out
 
@@ -298,7 +309,7 @@ def measure(spec: AttentionSpec, impl: str, cfg: str | None, p: Point, base: dic
         note = p.gate.skipped if p.gate else ""
         if not timed:
             return make_row(base, impl, "ok", note, **metrics)
-        metrics.update(time_call(call, spec))
+        metrics.update(time_call(call, spec, again))
         flops = attention_flops(
             base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, causal, spec.mode
         )

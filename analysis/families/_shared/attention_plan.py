@@ -9,10 +9,11 @@ are made), and the checks and shapes here follow that vocabulary.
 
 ``seconds_of`` is a planning aid, not a measurement: per-point costs fitted to the shipped H200 run's logs (a
 new process per shard; compiling and autotuning our FA-2 kernel on every new shape; the harness's warm-up and
-repetition time; an assumed doubling for gradient modes; and a term for long calls at nominal throughputs:
+repetition time; an assumed doubling for gradient modes; a term for long calls at nominal throughputs:
 each point runs its implementation about nine times outside the timed repetitions, the autotuner some fifty
-more). It keeps the default grid's budget visible (``workflow/config.yaml`` quotes it, ``python -m
-analysis.budget`` recomputes it) and is checked by the tests; the real cost is in each shard's log.
+more; and the point's repeat rounds, ``analysis.core.costs.rounds_seconds``). It keeps the default grid's
+budget visible (``workflow/config.yaml`` quotes it, ``python -m analysis.budget`` recomputes it) and is
+checked by the tests; the real cost is in each shard's log.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import dataclasses
 import re
 from typing import ClassVar
 
-from analysis.core.flops import attention_flops
+from analysis.core.costs import rounds_seconds
+from analysis.core.flops import BACKWARD_FACTOR, attention_flops
 from analysis.families._shared.fa3_ablation import FA3_IMPLS
 
 # Dense attention on [B, H, N, d] tensors: every experiment may compare these.
@@ -89,6 +91,7 @@ class AttentionSpec:
     inputs: str = "normal"  # the input distribution (INPUTS)
     warmup_ms: float = DEFAULT_WARMUP_MS
     rep_ms: float = DEFAULT_REP_MS
+    spread_rounds: int = 0  # repeat rounds per timed point (the harness's step 6); the config's default is 3
     seed: int = 0
 
     @classmethod
@@ -137,6 +140,8 @@ class AttentionSpec:
         if self.inputs != "normal" and self.experiment not in self.INPUT_EXPERIMENTS:
             where = " or ".join(self.INPUT_EXPERIMENTS) or "no experiment"
             raise ValueError(f"inputs {self.inputs!r} apply to {where} only, not to {self.experiment!r}")
+        if self.spread_rounds < 0:
+            raise ValueError(f"spread_rounds must be >= 0, got {self.spread_rounds}")
         if self.experiment in self.PACKED and (not self.seqlens or min(self.seqlens) < 1):
             raise ValueError(f"{self.experiment} needs at least one sequence, each of length >= 1")
 
@@ -233,7 +238,10 @@ def _point_seconds(s: AttentionSpec, impl: str, pinned: bool, flops: float, nomi
     fixed = TUNE_S if tuned else OURS_S if impl.startswith("ours") else OTHER_S
     call_s = flops / (nominal.get(impl, DEFAULT_TFLOPS) * 1e12)
     calls = CALLS + (TUNE_CALLS if tuned else 0)
-    return fixed * (1 if s.mode == "fwd" else 2) + timing + calls * call_s
+    rounds = rounds_seconds(s.spread_rounds, s.warmup_ms, s.rep_ms, call_s)
+    if s.mode == "bwd":  # each round of the backward alone builds its forward graph anew
+        rounds += s.spread_rounds * call_s / BACKWARD_FACTOR
+    return fixed * (1 if s.mode == "fwd" else 2) + timing + calls * call_s + rounds
 
 
 def seconds_of(s: AttentionSpec, nominal: dict = NOMINAL_TFLOPS) -> float:

@@ -5,7 +5,8 @@ Torch-free, like every plan. The cost model is a planning aid, not a measurement
 shard's log): a new process per shard (``SHARD_S``), a fixed setup per point (``POINT_S``: inputs, the float64
 reference on sampled rows, the gate), the harness's warm-up and repetitions, and about ``CALLS`` untimed calls
 per point at nominal H200 rates (``BANDWIDTH`` bytes/s for memory-bound calls, ``TFLOPS`` for products; a call
-costs the larger of the two, ``call_s``). Each family adds its own setup per shape and its compile costs.
+costs the larger of the two, ``call_s``), and each timed point's repeat rounds
+(``analysis.core.costs.rounds_seconds``). Each family adds its own setup per shape and its compile costs.
 """
 
 from __future__ import annotations
@@ -23,5 +24,11 @@ def call_s(flops: float, nbytes: float) -> float:
 
 
 def timing(section: dict) -> dict:
-    """The harness's warm-up and repetitions and the gate's sampled rows, as a section of the config sets them."""
-    return dict(warmup_ms=section["warmup_ms"], rep_ms=section["rep_ms"], check_rows=section["check_rows"])
+    """The harness's warm-up, repetitions and repeat rounds and the gate's sampled rows, as a section of the
+    config sets them."""
+    return dict(
+        warmup_ms=section["warmup_ms"],
+        rep_ms=section["rep_ms"],
+        spread_rounds=section["spread_rounds"],
+        check_rows=section["check_rows"],
+    )

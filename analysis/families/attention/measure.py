@@ -77,6 +77,7 @@ def run_dense(spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[s
             harness.release_memory()
             continue
 
+        rounds = harness.Rounds(spec.spread_rounds, rows)  # the point's repeat rounds (the harness's step 6)
         for impl, cfg in variants:
             row = measure(spec, impl, cfg, point, base, timed)
             rows.append(row)
@@ -87,6 +88,7 @@ def run_dense(spec: Spec, env: dict, device: str = "cuda", log_line: Callable[[s
             progress.step(f"{label} {shape_text}", row["status"] + extra + short(row["message"]))
             if spec.mode != "fwd":  # the graphs of materialising impls hold N×N tensors
                 harness.release_memory()
+        rounds.run()
         del point
         harness.release_memory()
     return rows

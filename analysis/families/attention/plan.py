@@ -61,9 +61,15 @@ def spec(fields: dict) -> Spec:
 
 
 def _timing(att: dict, exp: dict) -> dict:
-    """The experiment's own warm-up/repetition times, where it sets them, else the attention-wide ones."""
+    """The experiment's own warm-up/repetition times, where it sets them, else the attention-wide ones; the
+    attention-wide repeat rounds and gate rows."""
     pick = lambda key: att[key] if exp.get(key) is None else exp[key]  # noqa: E731
-    return dict(warmup_ms=pick("warmup_ms"), rep_ms=pick("rep_ms"), check_rows=att["check_rows"])
+    return dict(
+        warmup_ms=pick("warmup_ms"),
+        rep_ms=pick("rep_ms"),
+        spread_rounds=att["spread_rounds"],
+        check_rows=att["check_rows"],
+    )
 
 
 def shards(config: dict) -> dict[str, dict]:

@@ -213,12 +213,14 @@ def run(spec: Spec, env: dict, device: str, log_line: Callable[[str], None]) -> 
             progress.step(f"{impl} {text}", status)
         harness.release_memory()
         return rows
+    rounds = harness.Rounds(spec.spread_rounds, rows)  # the batch's repeat rounds (the harness's step 6)
     for impl in spec.impls:
         row = _measure(spec, impl, batch, base, useful, dtype)
         rows.append(row)
         extra = f" {row['tflops']:.1f} useful TFLOP/s" if row["status"] == "ok" else ""
         progress.step(f"{impl} {text}", row["status"] + extra + short(row["message"]))
         harness.release_memory()
+    rounds.run()
     return rows
 
 

@@ -97,6 +97,7 @@ def shards(config: dict) -> dict[str, dict]:
                     hidden=timed["hidden"],
                     warmup_ms=timed["warmup_ms"],
                     rep_ms=timed["rep_ms"],
+                    spread_rounds=f8["spread_rounds"],
                     check_rows=timed["check_rows"],
                 )
                 out[name] = shared.checked(f"fp8.{key}", name, fields, Fp8Spec)

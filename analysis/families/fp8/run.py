@@ -234,6 +234,7 @@ def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], 
             harness.release_memory()
             continue
         point = None  # the attention grid's point (same-precision reference) for the 16-bit impls, built once
+        rounds = harness.Rounds(spec.spread_rounds, rows)  # the point's repeat rounds (the harness's step 6)
         for impl in spec.impls:
             if spec.experiment == "fp8-accuracy":
                 row = _accuracy(spec, impl, q, k, v, sample, ref, base)
@@ -263,6 +264,7 @@ def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], 
             extra = f" {row['tflops']:.1f} TFLOP/s" if done else ""
             extra += f" rms {row['rms_err']:.2e}" if spec.experiment == "fp8-accuracy" else ""
             progress.step(f"{impl} {text}", row["status"] + extra + short(row["message"]))
+        rounds.run()
         del q, k, v, point
         harness.release_memory()
     return rows

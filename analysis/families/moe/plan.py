@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from analysis.core import models
+from analysis.core.costs import rounds_seconds
 from analysis.core.flops import moe_ffn_flops
 from analysis.families._shared import operator_plan as ops
 
@@ -64,6 +65,7 @@ class MoeSpec:
     gather_max_gb: float = 512.0
     warmup_ms: float = 10
     rep_ms: float = 30
+    spread_rounds: int = 0  # repeat rounds per timed point (the harness's step 6); the config's default is 3
     check_rows: int = 32
     seed: int = 0
     experiment: str = "moe"
@@ -71,6 +73,8 @@ class MoeSpec:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; one of {DTYPES}")
+        if self.spread_rounds < 0:
+            raise ValueError(f"spread_rounds must be >= 0, got {self.spread_rounds}")
         if self.routing not in ROUTINGS:
             raise ValueError(f"unknown routing {self.routing!r}; one of {ROUTINGS}")
         bad = [i for i in self.impls if i not in IMPLS]
@@ -149,7 +153,8 @@ def _point_s(s: MoeSpec, impl: str, t: int) -> float:
     else:
         call = ops.call_s(layer, weights)
     stages = len(STAGES) if impl == "ours-moe" else 0
-    return (1 + stages) * (ops.POINT_S + timing) + ops.CALLS * call * (2 if stages else 1)
+    rounds = rounds_seconds(s.spread_rounds, s.warmup_ms, s.rep_ms, call)
+    return (1 + stages) * (ops.POINT_S + timing + rounds) + ops.CALLS * call * (2 if stages else 1)
 
 
 def estimate_seconds(fields: dict) -> float:

@@ -212,6 +212,7 @@ def run(
             fail_all(tbase, status, f"inputs/reference: {message}")
             harness.release_memory()
             continue
+        rounds = harness.Rounds(spec.spread_rounds, rows)  # the point's repeat rounds (the harness's step 6)
         for impl in spec.impls:
             new = _measure(layer, point, impl, {**tbase, "op": MOE_IMPLS[impl]}, timed)
             for row in new:
@@ -222,6 +223,7 @@ def run(
                 progress.step(
                     f"{impl} {row['stage']} T={t} {spec.routing}", row["status"] + extra + points.short(row["message"])
                 )
+        rounds.run()
         del point
         harness.release_memory()
     return rows

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from analysis.core import models
+from analysis.core.costs import rounds_seconds
 from analysis.core.flops import gemm_flops
 from analysis.families._shared import operator_plan
 
@@ -54,6 +55,7 @@ class W4A16Spec:
     symmetric: bool = False
     warmup_ms: float = 10
     rep_ms: float = 30
+    spread_rounds: int = 0  # repeat rounds per timed point (the harness's step 6); the config's default is 3
     check_rows: int = 32
     seed: int = 0
     experiment: str = "w4a16"
@@ -61,6 +63,8 @@ class W4A16Spec:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; one of {DTYPES}")
+        if self.spread_rounds < 0:
+            raise ValueError(f"spread_rounds must be >= 0, got {self.spread_rounds}")
         bad = [i for i in self.impls if i not in IMPLS]
         if bad:
             raise ValueError(f"unknown w4a16 implementations {bad}; known: {list(IMPLS)}")
@@ -123,10 +127,12 @@ def _point_s(s: W4A16Spec, impl: str, m: int) -> float:
         "ours-w8a16": models.int8_weight_bytes(n, k, 2),
         "torch-int4pack": models.int4pack_weight_bytes(n, k, s.group_size),
     }.get(impl, int4)
+    call = operator_plan.call_s(flops, nbytes)
     return (
         operator_plan.POINT_S
         + (s.warmup_ms + s.rep_ms) / 1e3
-        + operator_plan.CALLS * operator_plan.call_s(flops, nbytes)
+        + operator_plan.CALLS * call
+        + rounds_seconds(s.spread_rounds, s.warmup_ms, s.rep_ms, call)
     )
 
 

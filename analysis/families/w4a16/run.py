@@ -179,6 +179,7 @@ def run(
                 progress.step(f"{impl} M={m}", status)
             harness.release_memory()
             continue
+        rounds = harness.Rounds(spec.spread_rounds, rows)  # the point's repeat rounds (the harness's step 6)
         for impl in impls:
             if impl == "torch-int4pack" and isinstance(int4pack, str):
                 status, message = int4pack.split("; ", 1)
@@ -188,11 +189,14 @@ def run(
             rows.append(row)
             extra = f" {row['gbps']:.0f} GB/s" if row["status"] == "ok" and timed else ""
             progress.step(f"{impl} M={m}", row["status"] + extra + points.short(row["message"]))
+        rounds.run()
         del x, xs, exact
         harness.release_memory()
-    if "copy-weight" in spec.impls:
+    if "copy-weight" in spec.impls:  # its rounds follow one another: no other implementation at its point
+        rounds = harness.Rounds(spec.spread_rounds, rows)
         row = _measure_copy(spec, pw, {**base, "m": math.nan}, timed)
         rows.append(row)
+        rounds.run()
         progress.step("copy-weight", row["status"] + points.short(row["message"]))
     return rows
 

@@ -172,6 +172,30 @@ def test_gradient_modes(mode, env, fake_timing):
     assert all(mode in line for line in lines)
 
 
+def test_repeat_rounds_of_a_point(env, fake_timing, monkeypatch):
+    """With spread_rounds, every implementation of a point is timed again in rounds after all were measured
+    (the harness's step 6), at a quarter of the point's times; the backward alone builds a forward graph for
+    each round. The rows record the rounds; their median stays the main timing's."""
+    import fake_harness
+
+    real, forwards = attention_measure.implementation, []
+
+    def counting(name, config=None):
+        fn = real(name, config)
+        return lambda *args: forwards.append(name) or fn(*args)
+
+    monkeypatch.setattr(attention_measure, "implementation", counting)
+    spec = _spec(mode="bwd", impls=["ours-fa2", "naive"], warmup_ms=4, rep_ms=8, spread_rounds=2)
+    rows = _run(spec, env)
+    assert [(w, r) for _, w, r in fake_timing.rounds] == [(1.0, 2.0)] * 4
+    assert forwards == ["ours-fa2", "naive", "ours-fa2", "naive", "ours-fa2", "naive"]  # the gates', then 2 rounds
+    # interleaved: ours-fa2 was timed in the fake's rounds 1 and 3, naive in 2 and 4
+    given = fake_harness.ROUND_MS
+    for r, mine in zip(rows, ((given[0], given[2]), (given[1], given[0])), strict=True):
+        assert r["status"] == "ok" and r["spread_rounds"] == 2 and r["ms_median"] == MS
+        assert (r["ms_round_min"], r["ms_round_max"]) == (min(mine), max(mine))
+
+
 class _WrongDV(torch.autograd.Function):
     """Three-step attention whose forward is right and whose dV is 1.5 times too large."""
 

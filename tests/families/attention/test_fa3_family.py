@@ -37,6 +37,7 @@ def test_ablation_shards_from_the_config():
     att = {
         "warmup_ms": 25,
         "rep_ms": 100,
+        "spread_rounds": 3,
         "check_rows": 128,
         "fa3_ablation": {
             "enabled": True,
@@ -68,6 +69,7 @@ def test_ablation_shards_from_the_config():
     assert sorted(shards) == ["fa3-ablation_float16_d128_full", "fa3-ablation_float16_d64_full"]
     s = Spec(**shards["fa3-ablation_float16_d128_full"])
     assert s.shape(0) == (2, 16, 8192, 8192) and s.points() == len(fa3_ablation.FA3_IMPLS) + 1
+    assert s.spread_rounds == 3  # the section's repeat rounds (the harness's step 6)
     with pytest.raises(ValueError, match="forward pass only"):
         Spec(**{**shards["fa3-ablation_float16_d128_full"], "mode": "bwd"})
     with pytest.raises(ValueError, match="do not belong"):

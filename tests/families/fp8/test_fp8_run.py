@@ -84,14 +84,23 @@ def test_ablation_shards_and_their_cpu_rows(env):
         "rep_ms": 100,
     }
     shards = plan.shards(
-        {"fp8": {"speed": {**timed, "enabled": False}, "ablation": timed, "accuracy": {"enabled": False}}}
+        {
+            "fp8": {
+                "spread_rounds": 3,
+                "speed": {**timed, "enabled": False},
+                "ablation": timed,
+                "accuracy": {"enabled": False},
+            }
+        }
     )
     assert sorted(shards) == ["fp8-ablation_bfloat16_d128_full", "fp8-ablation_bfloat16_d64_full"]
     assert Spec(**shards["fp8-ablation_bfloat16_d128_full"]).shape(0) == (2, 16, 8192, 8192)
+    assert shards["fp8-ablation_bfloat16_d64_full"]["spread_rounds"] == 3
     with pytest.raises(ValueError, match="fp8.ablation"):
         plan.shards(
             {
                 "fp8": {
+                    "spread_rounds": 3,
                     "speed": {**timed, "enabled": False},
                     "accuracy": {"enabled": False},
                     "ablation": {**timed, "impls": ["ours-fp8-block-triton-e2e"]},

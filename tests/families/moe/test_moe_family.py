@@ -133,9 +133,11 @@ def test_moe_rows_untimed(env, routing):
 
 
 def test_moe_timed_stage_rows(env, fake_timing):
-    spec = _moe_spec(tokens=[9], impls=["ours-moe", "ours-grouped"])
+    spec = _moe_spec(tokens=[9], impls=["ours-moe", "ours-grouped"], spread_rounds=1)
     df = OPS.frame(moerun.run(spec, env, device="cpu", log_line=lambda s: None))
     assert (df["status"] == "ok").all() and df["ms_median"].eq(MS).all()
+    # one repeat round of each timed row: the four stages, the layer, the grouped GEMM
+    assert len(fake_timing.rounds) == 6 and df["spread_rounds"].eq(1).all()
     total = df[(df["impl"] == "ours-moe") & (df["stage"] == "total")].iloc[0]
     assert total["tflops"] == pytest.approx(moe_ffn_flops(9, 2, 24, 40) / (MS * 1e-3) / 1e12)
     gemm = df[df["stage"] == "gemm"].iloc[0]

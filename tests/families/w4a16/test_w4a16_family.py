@@ -114,13 +114,18 @@ def test_quant_rows_untimed(env):
 
 
 def test_quant_timed_rows_have_rates(env, fake_timing):
-    spec = _quant_spec(ms=[5], impls=["ours-w4a16", "torch-linear", "copy-weight"], warmup_ms=3, rep_ms=7)
+    spec = _quant_spec(
+        ms=[5], impls=["ours-w4a16", "torch-linear", "copy-weight"], warmup_ms=3, rep_ms=7, spread_rounds=2
+    )
     df = OPS.frame(w4run.run(spec, env, device="cpu", log_line=lambda s: None))
     assert (df["status"] == "ok").all() and df["timed"].all()
     w4 = df[df["impl"] == "ours-w4a16"].iloc[0]
     assert w4["tflops"] == pytest.approx(2 * 5 * 40 * 96 / (MS * 1e-3) / 1e12)
     assert w4["gbps"] == pytest.approx(w4["model_bytes"] / (MS * 1e-3) / 1e9)
     assert w4["peak_mem_mib"] == 1.5 and set(fake_timing) == {(3, 7)}
+    # repeat rounds: the M point's two implementations interleaved, then copy-weight's on their own
+    assert [(w, r) for _, w, r in fake_timing.rounds] == [(0.75, 1.75)] * 6
+    assert df["spread_rounds"].eq(2).all() and (df["ms_round_min"] <= df["ms_round_max"]).all()
 
 
 def test_quant_wrong_kernel_is_a_mismatch_never_timed(env, fake_timing, monkeypatch):
