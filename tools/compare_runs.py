@@ -80,12 +80,13 @@ def _without(text: str, ignored: set[str]) -> str:
 
 
 def report_tables(path: Path, moved: dict[str, str], ignored: set[str] = frozenset()) -> collections.Counter:
-    """Every table of the report, as its cells' text (with ``ignored`` values in it written ``IGNORED``)."""
-    text = normalise(path.read_text(encoding="utf-8"), path.parent, moved)
+    """Every table of the report, as its cells' text (normalised after the markup is stripped, since the report
+    marks up the words of a path; with ``ignored`` values in it written ``IGNORED``)."""
+    text = path.read_text(encoding="utf-8")
     out = collections.Counter()
     for table in re.findall(r"<table.*?</table>", text, re.S):
         cells = [
-            html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+            normalise(html.unescape(re.sub(r"<[^>]+>", "", c)).strip(), path.parent, moved)
             for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", table, re.S)
         ]
         if ignored:
