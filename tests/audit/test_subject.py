@@ -5,33 +5,16 @@ where its rows are, ours where it is not installed, did not finish or has no row
 from __future__ import annotations
 
 import pytest
-import yaml
-from audit_helpers import FIXTURE_PATH, fixture_ctx, fixture_row
+from audit_helpers import FIXTURE_PATH, claim_entry, fixture_ctx, fixture_row, write_registry
 
 from analysis import registry
 from analysis.audit import Subject, load_claims
 from analysis.audit.subject import judged
 
 
-def _registry(tmp_path, subject: dict | None) -> str:
-    claim = {
-        "id": "one",
-        "topic": "t",
-        "source": {"article": "S1", "section": "§1", "section_en": "Section 1"},
-        "statement": "a statement",
-        "quote": [{"article": "S1", "text": "words"}],
-        "asserted": {"approx": 1, "unit": "x"},
-        "wording": "≈ 1",
-        "tolerance": 0.0,
-        "kind": ["measured"],
-        "evaluator": "std_flops",
-    }
-    if subject is not None:
-        claim["subject"] = subject
-    doc = {"topics": {"t": "A topic"}, "sources": {"S1": {"file": "b.txt", "title": "B"}}, "claims": [claim]}
-    path = tmp_path / "registry.yaml"
-    path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
-    return path
+def _registry(tmp_path, subject: dict | None):
+    extra = {"kind": ["measured"]} | ({"subject": subject} if subject is not None else {})
+    return write_registry(tmp_path, [claim_entry("one", **extra)])
 
 
 def _load(path):

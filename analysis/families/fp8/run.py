@@ -296,18 +296,23 @@ def _speed_fp8(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: boo
             else "inputs quantised before timing (the kernel alone)"
         )
         note = timing + "; error against float64 of the dequantised inputs"
-        if not timed:
-            return make_row(base, impl, "ok", note, **metrics)
-        metrics.update(att.time_call(call, spec))
-        flops = attention_flops(
-            base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, spec.causal, "fwd"
-        )
-        metrics["tflops"] = tflops(flops, metrics["ms_median"])
-        return make_row(base, impl, "ok", note, **metrics)
+        return _gated_row(spec, impl, call, base, note, metrics, timed)
     except Exception as exc:
         status, message = harness.classify(exc)
         harness.release_memory()
         return make_row(base, impl, status, message, **metrics)
+
+
+def _gated_row(spec: Fp8Spec, impl: str, call, base: dict, note: str, metrics: dict, timed: bool) -> dict:
+    """The ok row of a forward point that passed its gate: timed, with the forward's TFLOP/s, unless untimed."""
+    if not timed:
+        return make_row(base, impl, "ok", note, **metrics)
+    metrics.update(att.time_call(call, spec))
+    flops = attention_flops(
+        base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, spec.causal, "fwd"
+    )
+    metrics["tflops"] = tflops(flops, metrics["ms_median"])
+    return make_row(base, impl, "ok", note, **metrics)
 
 
 def _speed_cudnn(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: bool) -> dict:
@@ -338,14 +343,7 @@ def _speed_cudnn(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: b
             "inputs quantised per tensor before timing (the kernel alone), e4m3 output; error against float64 of "
             "the dequantised inputs"
         )
-        if not timed:
-            return make_row(base, impl, "ok", note, **metrics)
-        metrics.update(att.time_call(call, spec))
-        flops = attention_flops(
-            base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, spec.causal, "fwd"
-        )
-        metrics["tflops"] = tflops(flops, metrics["ms_median"])
-        return make_row(base, impl, "ok", note, **metrics)
+        return _gated_row(spec, impl, call, base, note, metrics, timed)
     except Exception as exc:
         status, message = harness.classify(exc)
         harness.release_memory()
