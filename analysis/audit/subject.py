@@ -56,7 +56,7 @@ def judged(claim: Claim, results: Results, gpu: str, **where) -> Judged:
     return Judged(
         s.ours,
         "",
-        f"judged on ours ({s.ours}): the subject, {s.impl} ({s.why}), {why}",
+        f"judged on ours ({s.ours}): {s.impl} {why}; it is the claim's subject, {s.why}",
         official=False,
         missing=None if tried.empty else tried,
     )

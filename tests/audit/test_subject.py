@@ -119,7 +119,10 @@ def test_ours_is_judged_where_the_official_build_has_no_rows_and_the_note_says_w
     ]
     j = _judge(rows, experiment="fa2-setting")
     assert (j.impl, j.beside, j.official) == ("ours-fa3", "", False)
-    assert j.text == f"judged on ours (ours-fa3): the subject, upstream-fa (FlashAttention's own kernels), {why}"
+    assert (
+        j.text
+        == f"judged on ours (ours-fa3): upstream-fa {why}; it is the claim's subject, FlashAttention's own kernels"
+    )
     if statuses:  # the subject's rows that decided it are named in the evidence
         (sel,) = j.evidence
         assert sel.path == FIXTURE_PATH and len(sel.rows) == len(statuses) and sel.where["impl"] == "upstream-fa"

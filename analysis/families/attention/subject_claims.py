@@ -46,12 +46,12 @@ def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes
         label = f" ({j.label(pick)}, {pick})" if beside else ""
         ours = f"; ours ({beside}) {other.min():.0f}–{other.max():.0f}%" if len(other) else ""
         ours_tf = f"; ours ({beside}) {(other * a100 / 100).min():.0f}–{(other * a100 / 100).max():.0f}" if ours else ""
-        judged_text = f"{j.text}. " if j else ""
+        judged_text = f"{j.text}. Hardware-independent form" if j else "hardware-independent form"
         measured = what if j is None else f"{pick}'s TFLOP/s"
         return Verdict(
             judge_range(frac, lo, hi),
             f"{frac.min():.0f}–{frac.max():.0f}% of peak{label}{ours}",
-            f"{judged_text}Hardware-independent form: {measured} as a fraction of {name}'s dense fp16/bf16 peak "
+            f"{judged_text}: {measured} as a fraction of {name}'s dense fp16/bf16 peak "
             f"({peak:g} TFLOP/s), {len(rows)} points of {text}{by_mode}; the claim is about {about}",
             sel.evidence if j is None else evidence(sel, *j.evidence),
             gpu=gpu,
