@@ -41,6 +41,7 @@ class Peer:
     impl: str  # the implementation name its rows carry
     title: str  # what it is, in words
     module: str  # what must import for it to run
+    call: str  # what runs, in its rows' kernel_config
     packages: tuple[str, ...]  # its distributions (the first its own), whose versions the provenance records
 
 
@@ -51,12 +52,14 @@ PEERS = {
             "upstream-fa",
             "FlashAttention's own kernels (flash-attn-4, CuTe DSL)",
             "flash_attn.cute",
+            "flash_attn.cute.flash_attn_func",
             ("flash-attn-4", "nvidia-cutlass-dsl", "quack-kernels", "apache-tvm-ffi"),
         ),
         Peer(
             "cudnn-fp8",
             "cuDNN's FP8 attention (cuDNN frontend, sdpa_fp8)",
             "cudnn",
+            "cudnn sdpa_fp8 graph",
             ("nvidia-cudnn-frontend",),
         ),
     )
@@ -109,8 +112,7 @@ def _import(module: str):
 
 def kernel_config(impl: str) -> str:
     """What ran under a peer's name, for its rows' ``kernel_config``: the function and the versions."""
-    call = {"upstream-fa": "flash_attn.cute.flash_attn_func", "cudnn-fp8": "cudnn sdpa_fp8 graph"}[impl]
-    return f"{call} ({version_text(versions()[impl])})"
+    return f"{PEERS[impl].call} ({version_text(versions()[impl])})"
 
 
 # --- upstream-fa --------------------------------------------------------------------------------------------
