@@ -53,11 +53,14 @@ def record_environment(
     expected_gpu: str, out_json: str | Path, out_packages: str | Path | None = None, extra: dict | None = None
 ) -> dict:
     """Write the environment of a result set after checking the GPU type; with ``out_packages``, also
-    the snapshot of every installed Python package (name==version, one a line). ``extra``: fields the
-    workflow adds (``gpu_count``: how many GPUs of this type the run's jobs were spread over)."""
+    the snapshot of every installed Python package (name==version, one a line). ``peers``: the official
+    kernels measured beside ours and their packages' versions (None: not installed;
+    ``analysis.families._shared.peers``). ``extra``: fields the workflow adds (``gpu_count``: how many GPUs
+    of this type the run's jobs were spread over)."""
     from analysis.core.provenance import installed_packages
+    from analysis.families._shared import peers
 
-    env = {**check_gpu(expected_gpu), **(extra or {})}
+    env = {**check_gpu(expected_gpu), "peers": peers.versions(), **(extra or {})}
     outputs.write_text(out_json, json.dumps(env, indent=2, sort_keys=True) + "\n")
     if out_packages:
         outputs.write_text(out_packages, "\n".join(installed_packages()) + "\n")

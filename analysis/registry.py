@@ -104,8 +104,14 @@ def targets() -> dict[str, Claims]:
     return out
 
 
+def implementations() -> set[str]:
+    """Every implementation name a family's rows may carry (its plan's ``IMPLS``): what a claim's subject names."""
+    return {impl for f in FAMILIES.values() for impl in getattr(f.plan, "IMPLS", ())}
+
+
 @functools.cache
 def claims() -> Claims:
     """Every claim the audit judges and the report shows: the articles' registry, then each family's own claim
-    file, read and validated once (``analysis.audit.claims``)."""
-    return load_claims(evaluators(), claim_documents())
+    file, read and validated once (``analysis.audit.claims``; a subject names an implementation of
+    ``implementations``)."""
+    return load_claims(evaluators(), claim_documents(), implementations=implementations())

@@ -4,8 +4,10 @@ claim with every family's evaluators (the ``claims`` fixture, in conftest.py, is
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from analysis import registry
 from analysis.audit import COLUMNS, PART_SEP, Claim, Context, Results, audit, load_claims
@@ -120,3 +122,33 @@ def fa3_run(utilisation: float, rounds: float | None = None, gpu_peak: float = 9
             row.update(spread_rounds=3, ms_round_min=1.0 - rounds, ms_round_max=1.0 + rounds)
         rows.append(row)
     return rows
+
+
+def claim_entry(cid: str, evaluator: str = "std_flops", **extra) -> dict:
+    """One claim of a claim file, with every required field (``extra`` adds or replaces fields)."""
+    entry = {
+        "id": cid,
+        "topic": "t",
+        "source": {"article": "S1", "section": "§1", "section_en": "Section 1"},
+        "statement": "a statement",
+        "quote": [{"article": "S1", "text": "words"}],
+        "asserted": {"approx": 1, "unit": "x"},
+        "wording": "≈ 1",
+        "tolerance": 0.0,
+        "kind": ["analytic"],
+        "evaluator": evaluator,
+    }
+    entry.update(extra)
+    return entry
+
+
+def write_registry(tmp_path, entries: list[dict]) -> Path:
+    """A registry of ``entries`` (topic ``t``, articles S0 and S1), written under ``tmp_path``."""
+    doc = {
+        "topics": {"t": "A topic"},
+        "sources": {"S0": {"file": "a.txt", "title": "A"}, "S1": {"file": "b.txt", "title": "B"}},
+        "claims": entries,
+    }
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path

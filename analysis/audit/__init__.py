@@ -4,7 +4,7 @@ evaluators live with their families (``analysis/families/<family>/claims.py``), 
 GPU arithmetic (``arithmetic``), which are about no family; the registry collects both
 (``analysis.registry.evaluators``)."""
 
-from analysis.audit.claims import PART_SEP, REGISTRY, Claim, Claims, Quote, load_claims, part_id
+from analysis.audit.claims import PART_SEP, REGISTRY, Claim, Claims, Quote, Subject, load_claims, part_id
 from analysis.audit.context import ANALYTIC, Context, Results, Selection, evidence
 from analysis.audit.engine import COLUMNS, audit, judge, summary
 from analysis.audit.verdicts import VERDICTS, Evaluators, Untestable, Verdict, combine, judge_part
@@ -15,6 +15,7 @@ __all__ = [
     "PART_SEP",
     "Quote",
     "REGISTRY",
+    "Subject",
     "VERDICTS",
     "Claim",
     "Claims",

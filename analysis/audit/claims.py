@@ -9,7 +9,9 @@ judges (``analysis.audit.engine``) and what the report shows (``analysis.report.
 
 Each claim names an *evaluator*: a function of a family's ``claims.py`` or of the audit's own
 (``analysis.audit.arithmetic``), or ``not_built`` for a claim whose experiment does not exist yet (then
-``needs`` says what would check it). A compound claim comes back as its parts, each judged on its own.
+``needs`` says what would check it). A compound claim comes back as its parts, each judged on its own. A claim
+about a named kernel's speed or utilisation names its *subject* (``Subject``): the kernel its evaluator judges,
+the official build where one runs here, with our replication beside it (``analysis.audit.subject``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,21 @@ class Quote:
 
 
 @dataclasses.dataclass(frozen=True)
+class Subject:
+    """The kernel a claim is about, as it runs here: ``impl`` (an implementation name), ``why`` that one, and
+    beside an official build ``ours``, our replication of it (shown beside it, judged where it has no rows)."""
+
+    impl: str
+    why: str
+    ours: str = ""
+
+    @property
+    def official(self) -> bool:
+        """Whether the subject is an official build (else it is our replication: no official one runs here)."""
+        return not self.impl.startswith("ours-")
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
     id: str
     source: str  # article, its file and the section as the article names it
@@ -58,6 +75,7 @@ class Claim:
     headline: bool = False
     where: str = ""  # the article's title and section, in English
     quotes: tuple[Quote, ...] = ()
+    subject: Subject | None = None  # the kernel it is about, for a claim about a named kernel's speed
 
     def asserted_text(self) -> str:
         a, unit = self.asserted, self.asserted.get("unit", "")
@@ -99,13 +117,17 @@ def part_id(claim_id: str, part: str) -> str:
 
 
 def load_claims(
-    evaluators: Collection[str], extra: Iterable[str | Path | tuple[Path, dict]] = (), path: str | Path = REGISTRY
+    evaluators: Collection[str],
+    extra: Iterable[str | Path | tuple[Path, dict]] = (),
+    path: str | Path = REGISTRY,
+    implementations: Collection[str] | None = None,
 ) -> Claims:
     """The claims of the registry at ``path``, then those of each document of ``extra`` (a family's own
     claims, with their own ``sources`` and ``topics``: a file, or a file and the document read from it,
     ``analysis.registry.claim_documents``), in order. A document that breaks the schema, an unknown evaluator
-    (not in ``evaluators``, nor ``not_built``), an unknown article or topic and a duplicate id are errors naming
-    the file and the claim."""
+    (not in ``evaluators``, nor ``not_built``), an unknown article or topic, a duplicate id and a subject that
+    is not one (an official build without ``ours``, ours with one; with ``implementations``, an implementation
+    none of them is) are errors naming the file and the claim."""
     known = set(evaluators) | {NOT_BUILT}
     datas = [_validated(*(d if isinstance(d, tuple) else (d, None))) for d in (path, *extra)]
     topics: dict[str, str] = {}
@@ -116,7 +138,7 @@ def load_claims(
     seen: set[str] = set()
     for file, data in datas:
         for entry in data.get("claims") or []:
-            whole = _claim(file, data["sources"], entry, known, topics)
+            whole = _claim(file, data["sources"], entry, known, topics, implementations)
             if whole.id in seen:
                 raise ValueError(f"{file}: duplicate claim id {whole.id!r}")
             seen.add(whole.id)
@@ -180,7 +202,9 @@ def _validated(path: Path, data: dict | None = None) -> tuple[Path, dict]:
     return path, data
 
 
-def _claim(file: Path, sources: dict, c: dict, evaluators: set[str], topics: dict[str, str]) -> Claim:
+def _claim(
+    file: Path, sources: dict, c: dict, evaluators: set[str], topics: dict[str, str], implementations=None
+) -> Claim:
     """One claim of a file, its cross-references checked."""
     cid = c["id"]
     if c["evaluator"] not in evaluators:
@@ -195,6 +219,7 @@ def _claim(file: Path, sources: dict, c: dict, evaluators: set[str], topics: dic
     if c["topic"] not in topics:
         raise ValueError(f"{file}: claim {cid!r}: topic {c['topic']!r} is not one of {sorted(topics)}")
     quotes = tuple(Quote(q["article"], sources[q["article"]]["title"], " ".join(q["text"].split())) for q in c["quote"])
+    subject = _subject(file, cid, c.get("subject"), implementations)
     return Claim(
         id=cid,
         source=f"{src['article']} ({sources[src['article']]['file']}) {src['section']}",
@@ -212,7 +237,25 @@ def _claim(file: Path, sources: dict, c: dict, evaluators: set[str], topics: dic
         headline=bool(c.get("headline", False)),
         where=f"{sources[src['article']]['title']} ({src['article']}), {src['section_en']}",
         quotes=quotes,
+        subject=subject,
     )
+
+
+def _subject(file: Path, cid: str, s: dict | None, implementations: Collection[str] | None) -> Subject | None:
+    """A claim's ``subject`` entry, checked: an official build has our replication beside it, ours has none;
+    both are implementations the families measure (when ``implementations`` is given)."""
+    if s is None:
+        return None
+    subject = Subject(s["impl"], " ".join(s["why"].split()), s.get("ours", ""))
+    if subject.official and not subject.ours:
+        raise ValueError(f"{file}: claim {cid!r}: subject {subject.impl!r} is an official build: name ours beside it")
+    if not subject.official and subject.ours:
+        raise ValueError(f"{file}: claim {cid!r}: subject {subject.impl!r} is ours already: it takes no ours")
+    if implementations is not None:
+        unknown = [i for i in (subject.impl, subject.ours) if i and i not in implementations]
+        if unknown:
+            raise ValueError(f"{file}: claim {cid!r}: subject names unknown implementations {unknown}")
+    return subject
 
 
 def _parts(file: Path, whole: Claim, entry: dict) -> list[Claim]:

@@ -6,7 +6,8 @@ and is listed once in ``analysis/registry.py``. ``<name>`` is also its config se
 same parts in every family, each a module of its own or, in a small family, a name of the package itself
 (``PARTS``: the package's ``__init__.py`` may define ``EXPERIMENTS``, ``run``, ``FIGURES``, ``EVALUATORS``...):
 
-- ``plan`` (no torch: the workflow imports it to plan jobs): ``EXPERIMENTS``; ``shards(config)``, shard name →
+- ``plan`` (no torch: the workflow imports it to plan jobs): ``EXPERIMENTS``; optionally ``IMPLS``, the
+  implementation names its rows may carry (a claim's subject names one); ``shards(config)``, shard name →
   the fields of one job's spec (the whole config is passed; the family reads its section); ``spec(fields)``,
   the spec of a shard, whose ``points()`` counts its rows; the cost estimate ``estimate_seconds(fields)``,
   ``compile_keys(fields)`` and ``COMPILE_S``; optionally ``checks(config)``, correctness checks run on the

@@ -37,6 +37,7 @@ MEASURED_CODE = [
     "analysis/families/*/rows.py",
     "analysis/families/*/target.py",
     "analysis/families/_shared/attention_measure.py",
+    "analysis/families/_shared/peers.py",
     "analysis/families/_shared/operator_rows.py",
     "workflow/scripts/benchmark.py",
     # where the same code lived before the families had folders (rows of older commits)

@@ -3,6 +3,9 @@ days its rows were measured at (``origin``, the first screen); per section, the 
 at, how many rows each, and which measured-code files changed between those commits (``describe``, as the
 shipped set's manifest records them, ``analysis.publish.measured_code_diff``).
 
+``peers_text``: which official kernels ran beside ours on a GPU type (``analysis.families._shared.peers``), with
+the versions its ``environment.json`` records, and which were not installed there.
+
 A result set resumed from a shipped one mixes commits, and only its CSVs and manifest say so; the report
 shows this per section so a reader knows which kernel version each figure's rows ran.
 """
@@ -112,3 +115,26 @@ def describe(frames: list[pd.DataFrame], section: str, manifest: dict | None) ->
         "changes": [(a[:SHORT], b[:SHORT], ", ".join(files) or "none") for a, b, files in changes],
         "remark": remark,
     }
+
+
+def peers_text(frames: list[pd.DataFrame], env: dict) -> str:
+    """Which official kernels ran beside ours on a GPU type (``analysis.families._shared.peers``): per peer with
+    rows in its tables (``frames``), the versions ``environment.json`` (``env``) records and how many of its rows
+    finished, or that it is not installed there (its rows are ``absent``); "" when no table has a peer's row (a
+    result set measured before the peers were)."""
+    from analysis.families._shared import peers
+
+    frames = [df for df in frames if df is not None and not df.empty and "impl" in df]
+    recorded = env.get("peers") or {}
+    out = []
+    for impl in peers.PEERS:
+        status = pd.Series([s for df in frames for s in df.loc[df["impl"] == impl, "status"]], dtype=object)
+        if status.empty:
+            continue
+        absent, done = int((status == "absent").sum()), int((status == "ok").sum())
+        if absent == len(status):
+            out.append(f"{impl} not installed ({_rows(absent)} absent)")
+            continue
+        versions = peers.version_text(recorded[impl]) if impl in recorded else "versions not recorded"
+        out.append(f"{impl} ({versions}): {done} of {_rows(len(status))} finished")
+    return "; ".join(out)

@@ -276,6 +276,7 @@ def _gpu(g: dict) -> dict:
         "name": env.get("gpu_name") or g["slug"],
         "source": g.get("source", ""),
         "origin": {**origin, "text": provenance.origin_text(origin)},
+        "peers": provenance.peers_text(list(tables.values()), env),
         "provenance": [(str(k), _value_text(v)) for k, v in env.items()],
         "sections": [
             {**sec, "provenance": provenance.describe(points, sec["id"], g.get("manifest"))}

@@ -27,6 +27,7 @@ MEM_NS = [1024, 2048, 4096, 8192]
 REL_MS = {"ours-fa2": 1.0, "sdpa-flash": 1.37, "sdpa-math": 2.5, "naive": 4.0}
 OURS_OVER_FLASH = 1.37
 ERROR_MESSAGE = "cuDNN backend refused <shape> & dtype"
+PEER_MESSAGE = "FlashAttention's own kernels (flash-attn-4, CuTe DSL) is not installed here (pip install '.[peers]')"
 
 
 def _row(**kw) -> dict:
@@ -98,6 +99,21 @@ def make_rows() -> list[dict]:
             causal=True,
             status="error",
             message=ERROR_MESSAGE,
+        )
+    )
+    rows.append(  # an official kernel beside ours that is not installed: its row says so
+        _row(
+            experiment="fa2-setting",
+            impl="upstream-fa",
+            dtype="float16",
+            batch=4,
+            heads=16,
+            seqlen_q=4096,
+            seqlen_k=4096,
+            head_dim=128,
+            causal=True,
+            status="absent",
+            message=PEER_MESSAGE,
         )
     )
     for n in MEM_NS:
@@ -310,6 +326,16 @@ def test_the_first_screen_names_where_the_numbers_come_from(html, table):
     )
     assert 'data-shipped="false"' in top and "shipped result set" not in top
     assert "run by this run on this machine, in Triton&#39;s interpreter: 1 row checked at commit abc1234" in top
+
+
+def test_the_report_says_which_official_kernels_ran(html):
+    top = html[html.index('<div id="origin">') : html.index("</header>")]
+    assert "Official kernels beside ours on NVIDIA H200: upstream-fa not installed (1 row absent).</li>" in top
+    section = html[html.index('id="gpu-h200"') :]
+    assert "Official kernels beside ours: upstream-fa not installed (1 row absent)." in section
+    # its row is listed with the points that did not finish, with why, and counted under its status
+    assert 'is not installed here (pip install <span class="nw">&#39;.[peers]&#39;)</span>' in section
+    assert "<th>absent</th>" in section
 
 
 def test_words_break_only_between_words():

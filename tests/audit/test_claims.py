@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from audit_helpers import claim_entry, write_registry
 
 from analysis import registry
 from analysis.audit import REGISTRY, load_claims
@@ -100,38 +100,10 @@ def test_load_registry_reads_the_default_path(claims):
     assert list(claims)[: len(ids)] == ids  # the articles' registry first, then the families' own claims
 
 
-def _claim_entry(cid: str, evaluator: str = "std_flops", **extra) -> dict:
-    entry = {
-        "id": cid,
-        "topic": "t",
-        "source": {"article": "S1", "section": "§1", "section_en": "Section 1"},
-        "statement": "a statement",
-        "quote": [{"article": "S1", "text": "words"}],
-        "asserted": {"approx": 1, "unit": "x"},
-        "wording": "≈ 1",
-        "tolerance": 0.0,
-        "kind": ["analytic"],
-        "evaluator": evaluator,
-    }
-    entry.update(extra)
-    return entry
-
-
-def _write_registry(tmp_path, entries: list[dict]) -> Path:
-    doc = {
-        "topics": {"t": "A topic"},
-        "sources": {"S0": {"file": "a.txt", "title": "A"}, "S1": {"file": "b.txt", "title": "B"}},
-        "claims": entries,
-    }
-    path = tmp_path / "registry.yaml"
-    path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
-    return path
-
-
 def test_small_valid_registry_loads(tmp_path):
-    path = _write_registry(
+    path = write_registry(
         tmp_path,
-        [_claim_entry("one"), _claim_entry("two", evaluator="not_built", needs="a kernel")],
+        [claim_entry("one"), claim_entry("two", evaluator="not_built", needs="a kernel")],
     )
     claims = load_claims(registry.evaluators(), path=path)
     assert [c.id for c in claims] == ["one", "two"]
@@ -145,32 +117,32 @@ def test_small_valid_registry_loads(tmp_path):
 @pytest.mark.parametrize(
     "entries, match",
     [
-        pytest.param([_claim_entry("dup"), _claim_entry("dup")], "duplicate claim id 'dup'", id="duplicate-id"),
-        pytest.param([_claim_entry("odd", evaluator="no_such_evaluator")], "unknown evaluator", id="unknown-evaluator"),
+        pytest.param([claim_entry("dup"), claim_entry("dup")], "duplicate claim id 'dup'", id="duplicate-id"),
+        pytest.param([claim_entry("odd", evaluator="no_such_evaluator")], "unknown evaluator", id="unknown-evaluator"),
         pytest.param(
-            [_claim_entry("later", evaluator="not_built")], "does not say what it needs", id="not-built-no-needs"
+            [claim_entry("later", evaluator="not_built")], "does not say what it needs", id="not-built-no-needs"
         ),
         pytest.param(
-            [_claim_entry("empty-needs", evaluator="not_built", needs="")],
+            [claim_entry("empty-needs", evaluator="not_built", needs="")],
             "does not say what it needs",
             id="not-built-empty-needs",
         ),
         pytest.param(
-            [_claim_entry("elsewhere", source={"article": "S9", "section": "x", "section_en": "x"})],
+            [claim_entry("elsewhere", source={"article": "S9", "section": "x", "section_en": "x"})],
             "unknown article",
             id="unknown-article",
         ),
         pytest.param(
-            [_claim_entry("quoted", quote=[{"article": "S7", "text": "x"}])], "unknown article 'S7'", id="quote-article"
+            [claim_entry("quoted", quote=[{"article": "S7", "text": "x"}])], "unknown article 'S7'", id="quote-article"
         ),
         pytest.param(
-            [_claim_entry("loose", tolerance=-0.1)],
+            [claim_entry("loose", tolerance=-0.1)],
             r"claim 'loose' \(claims/0/tolerance\): -0.1 is less than the minimum of 0",
             id="schema-tolerance",
         ),
-        pytest.param([_claim_entry("extra", colour="red")], "Additional properties", id="schema-unknown-field"),
+        pytest.param([claim_entry("extra", colour="red")], "Additional properties", id="schema-unknown-field"),
         pytest.param(
-            [_claim_entry("two-values", asserted={"approx": 1, "range": [1, 2]})],
+            [claim_entry("two-values", asserted={"approx": 1, "range": [1, 2]})],
             "claim 'two-values'",
             id="schema-asserted",
         ),
@@ -178,7 +150,7 @@ def test_small_valid_registry_loads(tmp_path):
 )
 def test_malformed_registry_is_rejected(tmp_path, entries, match):
     with pytest.raises(ValueError, match=match):
-        load_claims(registry.evaluators(), path=_write_registry(tmp_path, entries))
+        load_claims(registry.evaluators(), path=write_registry(tmp_path, entries))
 
 
 def test_the_gpu_arithmetic_is_judged_by_the_audit_and_no_family(claims, monkeypatch):

@@ -10,6 +10,10 @@ implementation's alive until them). ``fwd+bwd`` times the forward call and the g
 use the FLOPs of the mode (``analysis.core.flops.attention_flops``); peak memory is that of one call of the
 timed callable.
 
+The official kernels beside ours (``analysis.families._shared.peers``) are measured the same way, on the
+same inputs: a peer that is not installed is an ``absent`` row (nothing runs), and one that takes another
+layout ([B, N, H, d]: ``peers.BNHD``) gets the point's tensors copied into it once, before anything is timed.
+
 Correctness gates speed. The output is compared with a float64 reference on a sample of query rows (the
 first and last ``check_rows // 2`` of batch 0, every head); in the gradient modes dq, dk and dv of the
 first (batch, head) slice (for grouped-query K/V: K/V head 0 and the query heads that share it) are
@@ -31,6 +35,7 @@ from analysis.core.flops import attention_flops, tflops
 from analysis.core.models import attention_io_bytes
 from analysis.core.points import DTYPES, randn, sample_rows
 from analysis.core.points import make_row as point_row
+from analysis.families._shared import peers
 from analysis.families._shared.attention_plan import AttentionSpec
 from analysis.families._shared.fa3_ablation import FA3_IMPLS
 from kernels import tolerance
@@ -68,6 +73,8 @@ def implementation(name: str, config: str | None = None) -> Callable:
 
         splits = 1 if name == "ours-decode-unsplit" else None  # None: the split count from the shape
         return lambda q, k, v, causal: decode.forward(q, k, v, causal, num_splits=splits)[0]
+    if name == "upstream-fa":  # takes [B, N, H, d] (peers.BNHD)
+        return peers.upstream_fa
     if name == "naive":
         return lambda q, k, v, causal: reference.naive_attention(q, k, v, causal)
     if name.startswith("sdpa-") and name.removeprefix("sdpa-") in reference.SDPA_BACKENDS:
@@ -107,6 +114,8 @@ def kernel_config(name: str, mode: str, config: str | None, q: torch.Tensor, k: 
         return f"num_splits={decode.last_splits()}"
     if name == "ours-decode-unsplit":
         return "num_splits=1"
+    if name in peers.PEERS:
+        return peers.kernel_config(name)
     return ""
 
 
@@ -259,38 +268,56 @@ def time_call(call: Callable[[], object], spec: AttentionSpec, again: Callable |
     return harness.measure(call, spec.warmup_ms, spec.rep_ms, again)
 
 
+def native(impl: str, tensors: tuple) -> tuple:
+    """The point's [B, H, N, d] tensors as ``impl`` takes them: as they are, or copied once into a peer's
+    [B, N, H, d] (``peers.BNHD``; None stays None)."""
+    if impl not in peers.BNHD:
+        return tensors
+    return tuple(None if t is None else peers.to_bnhd(t) for t in tensors)
+
+
+def as_bhnd(impl: str, t: torch.Tensor) -> torch.Tensor:
+    """An output or gradient of ``impl`` seen as [B, H, N, d] (a view)."""
+    return peers.from_bnhd(t) if impl in peers.BNHD else t
+
+
 def measure(spec: AttentionSpec, impl: str, cfg: str | None, p: Point, base: dict, timed: bool) -> dict:
     if impl == "copy-kv":
         return measure_copy(spec, (p.kv,), base, timed)
+    why = peers.absent(impl)
+    if why:  # an optional peer that is not installed: its row says so, nothing runs
+        return make_row(base, impl, "absent", why)
     causal, dtype = spec.causal, DTYPES[spec.dtype]
     metrics: dict = {"kernel_config": cfg or ""}
     again = None  # the callable of each repeat round, where it is not the one timed (harness.measure)
     try:
         fn = implementation(impl, cfg) if cfg else implementation(impl)
+        q, k, v, do = native(impl, (p.q, p.k, p.v, p.do))  # (a peer's own layout: copied before timing)
         if spec.mode == "fwd":
-            out = fn(p.q, p.k, p.v, causal)  # first call: compiles and autotunes outside any timed region
+            out = fn(q, k, v, causal)  # first call: compiles and autotunes outside any timed region
             metrics["kernel_config"] = kernel_config(impl, spec.mode, cfg, p.q, p.k)
-            checks = [tolerance.check(f"{impl} output", out[:1].index_select(2, p.sample), p.ref, p.same, dtype)]
-            del out
+            got = as_bhnd(impl, out)[:1].index_select(2, p.sample)
+            checks = [tolerance.check(f"{impl} output", got, p.ref, p.same, dtype)]
+            del out, got
 
             def call():
-                return fn(p.q, p.k, p.v, causal)
+                return fn(q, k, v, causal)
 
         else:
-            leaves = tuple(t.detach().requires_grad_(True) for t in (p.q, p.k, p.v))
+            leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
             out = fn(*leaves, causal)  # the forward graph, built once
-            grads = torch.autograd.grad(out, leaves, p.do, retain_graph=spec.mode == "bwd")
+            grads = torch.autograd.grad(out, leaves, do, retain_graph=spec.mode == "bwd")
             metrics["kernel_config"] = kernel_config(impl, spec.mode, cfg, p.q, p.k)
-            got = out.detach()[:1].index_select(2, p.sample)
+            got = as_bhnd(impl, out.detach())[:1].index_select(2, p.sample)
             checks = [tolerance.check(f"{impl} output", got, p.ref, p.same, dtype)]
-            dq, dk, dv = grads
+            dq, dk, dv = (as_bhnd(impl, g) for g in grads)
             checks += grad_checks(impl, (dq[:1, : h_group(p)], dk[:1, :1], dv[:1, :1]), p.gate, dtype)
             del dq, dk, dv
             del grads
             if spec.mode == "bwd":
 
                 def call():
-                    return torch.autograd.grad(out, leaves, p.do, retain_graph=True)
+                    return torch.autograd.grad(out, leaves, do, retain_graph=True)
 
                 def again():  # a forward graph of its own for each repeat round: none is kept between them
                     graph = fn(*leaves, causal)
@@ -300,7 +327,7 @@ def measure(spec: AttentionSpec, impl: str, cfg: str | None, p: Point, base: dic
                 del out
 
                 def call():
-                    return torch.autograd.grad(fn(*leaves, causal), leaves, p.do)
+                    return torch.autograd.grad(fn(*leaves, causal), leaves, do)
 
         errors, failed = gate_metrics(checks)
         metrics.update(errors)

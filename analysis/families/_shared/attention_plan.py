@@ -11,9 +11,10 @@ are made), and the checks and shapes here follow that vocabulary.
 new process per shard; compiling and autotuning our FA-2 kernel on every new shape; the harness's warm-up and
 repetition time; an assumed doubling for gradient modes; a term for long calls at nominal throughputs:
 each point runs its implementation about nine times outside the timed repetitions, the autotuner some fifty
-more; and the point's repeat rounds, ``analysis.core.costs.rounds_seconds``). It keeps the default grid's
-budget visible (``workflow/config.yaml`` quotes it, ``python -m analysis.budget`` recomputes it) and is
-checked by the tests; the real cost is in each shard's log.
+more; the official kernels' first compiles and cuDNN's per-shape graphs, at assumed seconds; and the point's
+repeat rounds, ``analysis.core.costs.rounds_seconds``). It keeps the default grid's budget visible
+(``workflow/config.yaml`` quotes it, ``python -m analysis.budget`` recomputes it) and is checked by the tests;
+the real cost is in each shard's log.
 """
 
 from __future__ import annotations
@@ -31,8 +32,13 @@ DENSE_IMPLS = ("ours-fa2", "ours-fa1", "naive", "sdpa-math", "sdpa-efficient", "
 # Split-KV decoding, our kernel without the split, and a device copy of the same K/V bytes.
 DECODE_KERNELS = ("ours-decode", "ours-decode-unsplit")
 DECODE_IMPLS = DECODE_KERNELS + ("copy-kv",)
+# The official kernels beside ours where installed (``analysis.families._shared.peers``): FlashAttention's own
+# (flash-attn-4) and, in the FP8 family, cuDNN's FP8 attention.
+UPSTREAM_FA = "upstream-fa"
+CUDNN_FP8 = "cudnn-fp8"
+PEER_IMPLS = (UPSTREAM_FA, CUDNN_FP8)
 # What ``attention_measure.implementation`` builds: a callable f(q, k, v, causal) -> out.
-CALLABLE_IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_KERNELS + FA3_IMPLS
+CALLABLE_IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_KERNELS + FA3_IMPLS + (UPSTREAM_FA,)
 MODES = ("fwd", "bwd", "fwd+bwd")
 DTYPE_NAMES = ("float16", "bfloat16", "float32")
 # The harness's defaults (analysis.core.harness.DEFAULT_WARMUP_MS / DEFAULT_REP_MS; a test keeps them equal).
@@ -215,12 +221,18 @@ NOMINAL_TFLOPS = {
     "sdpa-efficient": 170,
     "copy-kv": 1e9,
     **{impl: 550 for impl in FA3_IMPLS},
+    UPSTREAM_FA: 620,  # the 2026-12-04 H200 anchors: 600-670 forward, 540-610 backward at d=128
 }
 # Compiling a kernel specialisation (dtype, head dim, mask, even/uneven tails) the first time, with an empty
 # Triton cache, fitted to the first points of the shipped run's shards: the tuned forward compiles its seven
 # candidates, a fixed-configuration kernel one or two, an FA-3 variant ("gluon") one (TMA handles the tails,
-# so N needs no variant of its own). Paid once per specialisation per run.
-COMPILE_S = {"tuned": 6.0, "fixed": 1.5, "gluon": 3.5}
+# so N needs no variant of its own). Paid once per specialisation per run. upstream-fa's CuTe DSL kernels
+# ("cute": its forward of one dtype, head dim, mask and query heads per K/V head; "cute-bwd": the backward's
+# kernels and the forward that keeps the logsumexp) are kept on disk after their first compile (peers.py); their
+# seconds are assumed, not yet fitted to a run's logs.
+COMPILE_S = {"tuned": 6.0, "fixed": 1.5, "gluon": 3.5, "cute": 10.0, "cute-bwd": 25.0}
+# Seconds of a point's setup beside the fixed ones below: cuDNN's FP8 graph is built and planned per shape.
+SETUP_S = {CUDNN_FP8: 2.0}
 # Materialising implementations: N×N tensors alive at the peak (forward; doubled with gradients). Beyond
 # the memory of an H200 such a point fails at once ("oom") and costs only its setup.
 MATERIALISED = {"naive": 2, "sdpa-math": 4}
@@ -235,7 +247,7 @@ def _point_seconds(s: AttentionSpec, impl: str, pinned: bool, flops: float, nomi
     if tensors * scores * 2 > 0.8 * GPU_BYTES:
         return OTHER_S
     tuned = impl in TUNED and not pinned
-    fixed = TUNE_S if tuned else OURS_S if impl.startswith("ours") else OTHER_S
+    fixed = TUNE_S if tuned else OURS_S if impl.startswith("ours") else SETUP_S.get(impl, OTHER_S)
     call_s = flops / (nominal.get(impl, DEFAULT_TFLOPS) * 1e12)
     calls = CALLS + (TUNE_CALLS if tuned else 0)
     rounds = rounds_seconds(s.spread_rounds, s.warmup_ms, s.rep_ms, call_s)
@@ -264,9 +276,14 @@ def keys_of(s: AttentionSpec, gluon_fp8: tuple[str, ...] = ()) -> set[tuple]:
     ``-triton``: one variant per mask."""
     shapes = [s.shape(i) for i in range(len(s.seqlens))] if s.experiment not in s.PACKED else [(0, 0, 1, 1)]
     keys = set()
-    for _, _, nq, nk in shapes:
+    for _, h, nq, nk in shapes:
         setting = (s.dtype, s.head_dim, s.causal, nq % 128 == 0, nk % 128 == 0)
         for impl, cfg in s.variants():
+            if impl == UPSTREAM_FA:  # one kernel per query heads per K/V head too (grouped-query packing)
+                group = h // s.kv_heads(h) if h else 1
+                keys.add(("cute", impl, *setting[:3], group))
+                if s.mode != "fwd":
+                    keys.add(("cute-bwd", impl, *setting[:3], group))
             if not impl.startswith("ours"):
                 continue
             kernel = "ours-fa2" if impl == "ours-fa2-padded" else impl

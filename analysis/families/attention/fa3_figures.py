@@ -27,7 +27,9 @@ from analysis.families._shared.attention_plots import (
 from analysis.families._shared.fa3_ablation import ABLATION_LABELS, ABLATION_ORDER, FA3
 
 GENERATIONS = ["ours-fa1", "ours-fa2", "ours-fa3"]  # our kernels, oldest first
-REFERENCES = ["sdpa-flash", "sdpa-cudnn"]  # PyTorch's FA-2 backend and cuDNN's Hopper kernel, for scale
+# PyTorch's FA-2 backend, cuDNN's Hopper kernel and FlashAttention's own kernels (where installed), for scale
+UPSTREAM = "upstream-fa"
+REFERENCES = ["sdpa-flash", "sdpa-cudnn", UPSTREAM]
 
 
 def _ladder_style(impl: str, order: list[str]) -> dict:
@@ -39,8 +41,9 @@ def _ladder_style(impl: str, order: list[str]) -> dict:
 
 def fa3_ladder(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """Forward TFLOP/s against N of our three generations (FA-1, FA-2, FA-3) with SDPA's FA-2 and cuDNN
-    backends for scale, in the FA-2 setting (``fa2-setting`` rows), one panel per (dtype, mask) at the
-    head dim where FA-3 was measured most (128 in the default grid)."""
+    backends and FlashAttention's own kernels (``upstream-fa``, where they ran) for scale, in the FA-2 setting
+    (``fa2-setting`` rows), one panel per (dtype, mask) at the head dim where FA-3 was measured most (128 in the
+    default grid)."""
     d = prepare(df, "fa2-setting")
     d = d[(d["mode"] == "fwd") & d["impl"].isin(GENERATIONS + REFERENCES)]
     ours3 = finished(d[d["impl"] == FA3])
@@ -77,16 +80,17 @@ def fa3_ladder(df: pd.DataFrame, out_png) -> pd.DataFrame:
 
 def fa3_ablation(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """FA-3's ablation (experiment ``fa3-ablation``): forward TFLOP/s of the full schedule and of each
-    variant with one technique switched off, beside our FA-2 and cuDNN, one panel per (head dim, mask, N);
-    each bar is labelled with its change against the full schedule at the same point."""
-    order = ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn"]
+    variant with one technique switched off, beside our FA-2, cuDNN and FlashAttention's own kernel (where it
+    ran), one panel per (head dim, mask, N); each bar is labelled with its change against the full schedule
+    at the same point."""
+    order = ABLATION_ORDER + ["ours-fa2", "sdpa-cudnn", UPSTREAM]
     table = ablation_bars(
         df,
         out_png,
         "fa3-ablation",
         FA3,
         order,
-        ABLATION_LABELS,
+        {**ABLATION_LABELS, UPSTREAM: "FlashAttention's own"},
         "FlashAttention-3 ablation: each technique off in turn",
     )
     return table.rename(columns={"full_tflops": "fa3_tflops"})

@@ -6,7 +6,10 @@ harness and returns one row per point, whatever happened to it. The experiments 
 
 - ``fa2-setting`` (FlashAttention-2 paper): batch × seqlen = ``tokens`` (16384), heads = ``hidden`` /
   head_dim (2048 / d), so every point does the same work per token; forward, backward and both. Our
-  FlashAttention-3 forward (``ours-fa3``, Hopper only) is measured here too, beside FA-2 and FA-1.
+  FlashAttention-3 forward (``ours-fa3``, Hopper only) is measured here too, beside FA-2 and FA-1, and
+  FlashAttention's own kernels (``upstream-fa``, where installed: ``analysis.families._shared.peers``).
+- ``llama3-70b-heads``: Llama-3.1-70B's attention heads (``batch`` 1, ``heads`` 64 sharing ``heads_kv`` 8, d =
+  128), our kernels beside SDPA's cuDNN backend and ``upstream-fa``; forward and backward.
 - ``fa1-setting`` (FlashAttention-1 paper, Figure 3): fixed ``batch`` × ``heads`` (8 × 12), d = 64, N
   grows past the point where naive attention runs out of memory; speed-up and memory saving over naive.
 - ``gain-surface``: ours against naive over N × d at batch × seqlen = ``tokens`` and fixed ``heads``:
@@ -25,7 +28,8 @@ harness and returns one row per point, whatever happened to it. The experiments 
 - ``varlen``: one batch of sequences of different lengths (``seqlens`` lists them), packed with
   cu_seqlens against the same batch padded to its longest sequence (``analysis.families.attention.varlen``).
 - ``fa3-ablation``: the FA-3 kernel with each of its techniques switched off in turn
-  (``ours-fa3-no-warp-specialize``, ``-no-pingpong``, ``-no-overlap``, ``-no-tma``), FA-2 setting shapes.
+  (``ours-fa3-no-warp-specialize``, ``-no-pingpong``, ``-no-overlap``, ``-no-tma``), FA-2 setting shapes, beside
+  FlashAttention's own kernel (``upstream-fa``).
 - ``interpreter-check``: tiny, odd shapes run through Triton's interpreter on the CPU to check the
   kernel's output; nothing is timed (``timed`` is False in those rows).
 

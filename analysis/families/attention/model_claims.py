@@ -157,36 +157,6 @@ def idle_95(claim, ctx):
     return [analytic, *on_each_gpu(ctx.table(ATTENTION), measured, "naive attention rows", optional=True)]
 
 
-@EVALUATORS("incident_rollback")
-def incident_rollback(claim, ctx):
-    n = claim.conditions["N"]
-
-    def one(gpu):
-        sel = ctx.table(ATTENTION).select(gpu, experiment="memory", mode="fwd", seqlen_q=n, impl=["naive", "ours-fa2"])
-        rows = sel.rows
-        naive, ours = rows[rows["impl"] == "naive"], rows[rows["impl"] == "ours-fa2"]
-        if naive.empty or ours.empty:
-            raise Untestable(f"naive or ours did not finish at N={n} in the memory experiment")
-        speed = float(naive["ms_median"].iloc[0] / ours["ms_median"].iloc[0])
-        cut = 100 * (1 - float(ours["peak_mem_mib"].iloc[0] / naive["peak_mem_mib"].iloc[0]))
-        mem_ok = cut >= claim.asserted["also"]["memory_cut_pct"]
-        speed_ok = within(speed, claim.asserted["approx"], claim.tolerance)
-        verdict = "holds" if mem_ok and speed_ok else "partly" if mem_ok or speed_ok else "fails"
-        row = naive.iloc[0]
-        return Verdict(
-            verdict,
-            f"memory −{cut:.1f}%; latency {speed:.2f}×",
-            f"B={row['batch']}, H={row['heads']}, d={row['head_dim']}, {row['dtype']}, forward only (the incident's "
-            "batch, heads and pass are not given); ours-fa2 vs naive (baddbmm+softmax+bmm)",
-            sel.evidence,
-            gpu=gpu,
-            unit="×",
-            parts={"memory": ([cut], f"memory −{cut:.1f}%"), "latency": ([speed], f"latency {speed:.2f}× lower")},
-        )
-
-    return on_each_gpu(ctx.table(ATTENTION), one, "the memory experiment")
-
-
 @EVALUATORS("std_flops")
 def std_flops(claim, ctx):
     f = attention_flops(1, 1, 1024, 1024, 64)
@@ -309,63 +279,6 @@ def tc_bound_55(claim, ctx):
         )
 
     return [analytic, *on_each_gpu(ctx.table(ATTENTION), measured, "naive attention rows", optional=True)]
-
-
-A100 = "a100-sxm4-80gb"  # the GPU the articles' MFU and TFLOP/s figures are about
-
-
-def fraction_of_peak(ctx, claim, impl, what, experiments=("fa2-setting",), modes=("fwd",), about="an A100"):
-    """``impl``'s 16-bit TFLOP/s as a share of each measured GPU's dense peak, judged against the claim's range
-    (the hardware-independent form of a claim about another GPU)."""
-    lo, hi = claim.asserted["range"]
-    where = ",".join(experiments)  # in the note
-
-    def one(gpu):
-        peak, name = dense_peak(gpu)
-        sel = ctx.table(ATTENTION).select(
-            gpu, experiment=list(experiments), mode=list(modes), dtype=["float16", "bfloat16"], impl=impl
-        )
-        rows = sel.rows
-        if rows.empty:
-            raise Untestable(f"no finished {impl} rows")
-        frac = 100 * rows["tflops"] / peak
-        by_mode = (
-            " (" + "; ".join(f"{m} ≤ {100 * g['tflops'].max() / peak:.0f}%" for m, g in rows.groupby("mode")) + ")"
-            if rows["mode"].nunique() > 1
-            else ""
-        )
-        # a TFLOP/s figure about an A100 in its hardware-independent form: the same share of the A100's peak
-        a100, _ = dense_peak(A100)
-        at_a100 = frac * a100 / 100
-        return Verdict(
-            judge_range(frac, lo, hi),
-            f"{frac.min():.0f}–{frac.max():.0f}% of peak",
-            f"hardware-independent form: {what} as a fraction of {name}'s dense fp16/bf16 peak ({peak:g} TFLOP/s), "
-            f"{len(rows)} points of {where}{by_mode}; the claim is about {about}",
-            sel.evidence,
-            gpu=gpu,
-            unit="% of peak",
-            parts={
-                "utilisation": (frac, f"{frac.min():.0f}–{frac.max():.0f}% of {name}'s peak"),
-                "tflops": (
-                    at_a100,
-                    f"{at_a100.min():.0f}–{at_a100.max():.0f} TFLOP/s at the same share of the A100's {a100:g}",
-                ),
-            },
-        )
-
-    return on_each_gpu(ctx.table(ATTENTION), one, f"{impl} rows")
-
-
-@EVALUATORS("std_mfu")
-def std_mfu(claim, ctx):
-    return fraction_of_peak(ctx, claim, "naive", "naive attention's TFLOP/s")
-
-
-@EVALUATORS("fa2_mfu")
-def fa2_mfu(claim, ctx):
-    # the official FA-2 is SDPA's flash backend; ours is reported in the note of exp4-close
-    return fraction_of_peak(ctx, claim, "sdpa-flash", "the official FlashAttention-2 (SDPA flash backend)")
 
 
 @EVALUATORS("fa_exact")

@@ -22,10 +22,13 @@ from analysis.families._shared import attention_plan as shared
 from analysis.families._shared.fa3_ablation import FA3_IMPLS
 
 VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
-IMPLS = shared.DENSE_IMPLS + ("ours-fa2-eager",) + shared.DECODE_IMPLS + VARLEN_IMPLS + FA3_IMPLS
+IMPLS = (
+    shared.DENSE_IMPLS + ("ours-fa2-eager",) + shared.DECODE_IMPLS + VARLEN_IMPLS + FA3_IMPLS + (shared.UPSTREAM_FA,)
+)
 # Which implementations each experiment can run.
 EXPERIMENT_IMPLS = {
-    "fa2-setting": ("ours-fa3",) + shared.DENSE_IMPLS,
+    "fa2-setting": ("ours-fa3",) + shared.DENSE_IMPLS + (shared.UPSTREAM_FA,),
+    "llama3-70b-heads": ("ours-fa3",) + shared.DENSE_IMPLS + (shared.UPSTREAM_FA,),
     "fa1-setting": shared.DENSE_IMPLS,
     "gain-surface": shared.DENSE_IMPLS,
     "block-sweep": ("ours-fa2",),
@@ -33,7 +36,7 @@ EXPERIMENT_IMPLS = {
     "memory": shared.DENSE_IMPLS,
     "decode": shared.DECODE_IMPLS + shared.DENSE_IMPLS,
     "varlen": VARLEN_IMPLS,
-    "fa3-ablation": FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
+    "fa3-ablation": FA3_IMPLS + ("ours-fa2", "sdpa-cudnn", shared.UPSTREAM_FA),
     "interpreter-check": shared.DENSE_IMPLS,
 }
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
@@ -83,6 +86,7 @@ def shards(config: dict) -> dict[str, dict]:
         "gain-surface": "gain_surface",
         "block-sweep": "block_sweep",
         "rescale-ablation": "rescale_ablation",
+        "llama3-70b-heads": "llama3_70b_heads",
     }
 
     def add(name: str, **fields) -> None:
@@ -92,6 +96,25 @@ def shards(config: dict) -> dict[str, dict]:
         out[name] = shared.checked(where, name, fields, Spec)
 
     fa2 = att["fa2_setting"]
+    llama = att["llama3_70b_heads"]
+    if llama["enabled"]:
+        for grid in llama["grids"]:
+            for mode in grid["modes"]:
+                for causal in grid["causal"]:
+                    add(
+                        shared.shard_name("llama3-70b-heads", llama["dtype"], llama["head_dim"], causal, mode),
+                        experiment="llama3-70b-heads",
+                        dtype=llama["dtype"],
+                        head_dim=llama["head_dim"],
+                        causal=causal,
+                        mode=mode,
+                        seqlens=grid["seqlens"],
+                        impls=grid["impls"],
+                        batch=llama["batch"],
+                        heads=llama["heads"],
+                        heads_kv=llama["heads_kv"],
+                        **_timing(att, llama),
+                    )
     if fa2.get("enabled", True):
         for grid in fa2["grids"]:
             for mode in grid["modes"]:

@@ -1,17 +1,21 @@
 """Evaluators of the claims about FP8 attention: the FP8 GEMM's doubling, P's underflow and its scale, and what
-the quantisation scales buy, from the datasheet and the FP8 rows of the attention table."""
+the quantisation scales buy, from the datasheet and the FP8 rows of the attention table. The doubling's claim is
+about FA-3's FP8 kernel, of which no build runs here: its subject is ours (``analysis.audit.subject``), and
+cuDNN's FP8 attention (``cudnn-fp8``, where installed) is shown beside it as a peer, not judged."""
 
 from __future__ import annotations
 
 import math
 
 from analysis.audit import Context, Evaluators, Selection, Untestable, Verdict
+from analysis.audit.subject import judged
 from analysis.audit.verdicts import dense_peak, judge_approx, on_each_gpu, side_by_side, within
 from analysis.core import gpus
 from analysis.core.summaries import span
 from analysis.core.tables import at_least
 
 ATTENTION = "attention"  # the table these claims read (the FP8 rows are in the attention table)
+CUDNN_FP8 = "cudnn-fp8"  # cuDNN's FP8 attention, a peer (analysis.families._shared.peers)
 EVALUATORS = Evaluators()
 
 
@@ -39,19 +43,27 @@ def fp8_2pf(claim, ctx):
         keys = ["dtype", "head_dim", "causal", "batch", "heads", "seqlen_q", "seqlen_k"]
         long = rows[rows["seqlen_q"] >= 4096]
         bf16 = "ours-fa3" if "ours-fa3" in set(long["impl"]) else "ours-fa2"
+        subject = judged(claim, ctx.table(ATTENTION), gpu, experiment="fp8-speed")
         att_text = ""
-        for impl, what in (("ours-fp8-block", "inputs quantised"), ("ours-fp8-block-e2e", "end to end")):
+        for impl, what in (
+            (subject.impl, "inputs quantised"),
+            ("ours-fp8-block-e2e", "end to end"),
+            (CUDNN_FP8, "cuDNN's, a peer: inputs quantised per tensor"),
+        ):
             att = side_by_side(long, keys, bf16, impl)
             if len(att):
                 sp = span(att["ms_median_a"] / att["ms_median_b"], ".2f")
-                att_text += f"; our FP8 attention forward ({what}) {sp} our bf16 {bf16} at N ≥ 4096"
+                whose = "cuDNN's FP8 attention forward" if impl == CUDNN_FP8 else "our FP8 attention forward"
+                att_text += f"; {whose} ({what}) {sp} our bf16 {bf16} at N ≥ 4096"
         peak, name = dense_peak(gpu, "fp8")
         verdict = "holds" if within(gemm, ratio, claim.tolerance) else "partly" if gemm > 1 else "fails"
         return Verdict(
             verdict,
             f"FP8 GEMM {ceil['fp8-mm']:.0f} TFLOP/s = {gemm:.2f}× bf16 GEMM ({ceil['bf16-mm']:.0f})",
-            f"measured on {name}: torch._scaled_mm against torch.matmul, both 8192³ (medians over the shard's "
-            f"points); {100 * ceil['fp8-mm'] / peak:.0f}% of the {peak:g} TFLOP/s dense FP8 peak{att_text}. "
+            f"The claim's kernel is FA-3's FP8 one, {subject.impl} here ({claim.subject.why}); the doubling is "
+            f"judged on this run's GEMMs. Measured on {name}: torch._scaled_mm against torch.matmul, both 8192³ "
+            f"(medians over the shard's points); {100 * ceil['fp8-mm'] / peak:.0f}% of the {peak:g} TFLOP/s dense FP8 "
+            f"peak{att_text}. "
             "The theoretical doubling is the datasheet row; holds here needs the achieved GEMM ratio within "
             f"{100 * claim.tolerance:g}% of the datasheet's {ratio:g}×, partly is faster but short of it",
             sel.evidence,

@@ -25,7 +25,9 @@ it), ``-e2e`` ``fp8.attention`` on the 16-bit inputs, quantisation timed with th
 ``torch.matmul`` in bf16, 8192³), measured once per ``fp8-speed`` point. ``fp8-quantize-<granularity>``:
 the quantisation ``fp8.attention`` runs before its kernel (``fp8.quantize_qkv``: the fused quantiser on Q, K
 and V, V in the kernel's layout), timed alone; ``copy-qkv``: a device copy of the same Q, K, V bytes, the
-copy bandwidth the quantiser's byte floor is taken at.
+copy bandwidth the quantiser's byte floor is taken at. ``cudnn-fp8``: cuDNN's FP8 attention forward
+(``analysis.families._shared.peers``, where installed), beside ``ours-fp8-tensor`` on the same per-tensor e4m3
+inputs, quantised before timing.
 """
 
 from __future__ import annotations
@@ -49,11 +51,17 @@ CEILING_IMPLS = ("fp8-mm", "bf16-mm")
 QUANTIZER_IMPLS = tuple(f"fp8-quantize-{g}" for g in FP8_GRANULARITIES if g != "none")
 COPY_IMPL = "copy-qkv"
 EXPERIMENT_IMPLS = {
-    "fp8-speed": FP8_IMPLS + ("ours-fa3",) + shared.DENSE_IMPLS + CEILING_IMPLS + QUANTIZER_IMPLS + (COPY_IMPL,),
+    "fp8-speed": FP8_IMPLS
+    + ("ours-fa3",)
+    + shared.DENSE_IMPLS
+    + CEILING_IMPLS
+    + QUANTIZER_IMPLS
+    + (COPY_IMPL, shared.CUDNN_FP8),
     "fp8-accuracy": FP8_IMPLS + shared.DENSE_IMPLS,
     "fp8-ablation": ("ours-fp8-block",) + FP8_ABLATION_IMPLS + FA3_IMPLS + ("ours-fa2", "sdpa-cudnn"),
 }
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
+IMPLS = tuple(dict.fromkeys(impl for impls in EXPERIMENT_IMPLS.values() for impl in impls))
 # The input distributions of fp8-accuracy: N(0,1); FlashAttention-3's outlier setting, N(0,1) plus N(0,100)
 # on a 0.1% Bernoulli mask; large, V times 1000 (past e4m3's ±448 without scales); small, Q, K, V times
 # 1/1000 (below e4m3's smallest normal, 2⁻⁶, without scales).
@@ -128,6 +136,7 @@ def shards(config: dict) -> dict[str, dict]:
 NOMINAL_TFLOPS = {
     **shared.NOMINAL_TFLOPS,
     **{impl: 600 for impl in FP8_IMPLS},
+    shared.CUDNN_FP8: 850,  # the 2026-12-04 H200 anchors: 767-931 TF/s at d=128, N >= 4096
     **{impl: 1e9 for impl in QUANTIZER_IMPLS + (COPY_IMPL,)},
 }  # (no FLOPs: memory-bound, µs)
 COMPILE_S = shared.COMPILE_S

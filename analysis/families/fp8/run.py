@@ -14,7 +14,12 @@ implementations:
   (``reference.p_rounded_attention_rows``); the others by the attention grid's usual gate. Also the fused
   quantiser alone (``fp8-quantize-<granularity>``: ``fp8.quantize_qkv`` as ``fp8.attention`` calls it,
   ``model_bytes`` its byte floor, ``gbps``) and ``copy-qkv``, a device copy of the same Q, K, V bytes:
-  the copy bandwidth the floor is taken at (``analysis.families.fp8.summary``).
+  the copy bandwidth the floor is taken at (``analysis.families.fp8.summary``). Where the peers are installed,
+  ``cudnn-fp8``: cuDNN's FP8 attention forward (``analysis.families._shared.peers``) on the per-tensor e4m3
+  inputs of ``ours-fp8-tensor`` (quantised before timing, by the same ``fp8.quantize``), its e4m3 output
+  dequantised for the gate: float64 attention of the dequantised inputs, bounded by the same replica of P's
+  rounding with the output rounded to e4m3 at cuDNN's output scale too, and the 16-bit inputs' floor (FP8's
+  tolerance, as our rows get it); not installed, an ``absent`` row.
 - ``fp8-accuracy``: nothing timed; for each input distribution (``inputs``: ``normal``, N(0, 1);
   ``outliers``, FlashAttention-3's setting, N(0, 1) plus N(0, 100) on a 0.1 % Bernoulli mask, for Q, K
   and V; ``large``, V × 1000, past e4m3's ±448; ``small``, Q, K, V × 1/1000, below its smallest normal),
@@ -51,6 +56,7 @@ from analysis.core import harness
 from analysis.core.flops import attention_flops, gemm_flops, tflops
 from analysis.core.points import DTYPES, generator, sample_rows, short
 from analysis.families._shared import attention_measure as att
+from analysis.families._shared import peers
 from analysis.families._shared.fa3_ablation import FA3_ABLATIONS
 from analysis.families.fp8.plan import COPY_IMPL, FP8_GRANULARITIES, Fp8Spec
 from kernels import tolerance
@@ -254,6 +260,8 @@ def run(spec: Fp8Spec, env: dict, device: str, log_line: Callable[[str], None], 
                 )
             elif impl.startswith("ours-fp8-"):
                 row = _speed_fp8(spec, impl, q, k, v, sample, base, timed)
+            elif impl in peers.PEERS and spec.experiment == "fp8-speed":  # cudnn-fp8
+                row = _speed_cudnn(spec, impl, q, k, v, sample, base, timed)
             else:
                 if point is None:  # kv (copy-kv's tensor) is not needed: no copy-kv here
                     same = reference.naive_attention_rows(q[:1], k[:1], v[:1], sample, spec.causal)
@@ -290,14 +298,54 @@ def _speed_fp8(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: boo
             else "inputs quantised before timing (the kernel alone)"
         )
         note = timing + "; error against float64 of the dequantised inputs"
-        if not timed:
-            return make_row(base, impl, "ok", note, **metrics)
-        metrics.update(att.time_call(call, spec))
-        flops = attention_flops(
-            base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, spec.causal, "fwd"
-        )
-        metrics["tflops"] = tflops(flops, metrics["ms_median"])
+        return _gated_row(spec, impl, call, base, note, metrics, timed)
+    except Exception as exc:
+        status, message = harness.classify(exc)
+        harness.release_memory()
+        return make_row(base, impl, status, message, **metrics)
+
+
+def _gated_row(spec: Fp8Spec, impl: str, call, base: dict, note: str, metrics: dict, timed: bool) -> dict:
+    """The ok row of a forward point that passed its gate: timed, with the forward's TFLOP/s, unless untimed."""
+    if not timed:
         return make_row(base, impl, "ok", note, **metrics)
+    metrics.update(att.time_call(call, spec))
+    flops = attention_flops(
+        base["batch"], base["heads"], base["seqlen_q"], base["seqlen_k"], spec.head_dim, spec.causal, "fwd"
+    )
+    metrics["tflops"] = tflops(flops, metrics["ms_median"])
+    return make_row(base, impl, "ok", note, **metrics)
+
+
+def _speed_cudnn(spec: Fp8Spec, impl: str, q, k, v, sample, base: dict, timed: bool) -> dict:
+    """cuDNN's FP8 attention (``peers.CudnnFP8``) on Q, K, V quantised per tensor before timing, as
+    ``ours-fp8-tensor``'s; gated like our FP8 rows, its e4m3 output's rounding in the replica (module
+    docstring)."""
+    why = peers.absent(impl)
+    if why:
+        return make_row(base, impl, "absent", why)
+    from kernels.attention import fp8
+
+    metrics: dict = {"kernel_config": peers.kernel_config(impl)}
+    try:
+        (q8, qs), (k8, ks), (v8, vs) = (fp8.quantize(x, "tensor") for x in (q, k, v))
+        call = peers.CudnnFP8(q8, k8, v8, qs, ks, vs, spec.causal)
+        metrics["kernel_config"] += f", per-tensor descales, P scale {peers.P_SCALE:g}, e4m3 output ×{call.out_scale:g}"
+        out = call()[:1].index_select(2, sample).double() / call.out_scale  # (graph built above, untimed)
+        qd, kd, vd = (fp8.dequantize(x8[:1], s) for x8, s in ((q8, qs), (k8, ks), (v8, vs)))
+        exact = reference.reference_attention(qd, kd, vd, spec.causal, rows=sample)
+        same = reference.p_rounded_attention_rows(qd, kd, vd, sample, spec.causal, p_scale=peers.P_SCALE)
+        same = reference.round_p(same, call.out_scale)  # the output's e4m3 rounding, at cuDNN's output scale
+        check = tolerance.check(f"{impl} output", out, exact, same, q.dtype)
+        del out, qd, kd, vd
+        metrics.update(max_abs_err=check.max_abs, rms_err=check.rms, ref_err=check.ref_err, err_bound=check.bound)
+        if not check.ok:
+            return make_row(base, impl, "mismatch", check.describe(), **metrics)
+        note = (
+            "inputs quantised per tensor before timing (the kernel alone), e4m3 output; error against float64 of "
+            "the dequantised inputs"
+        )
+        return _gated_row(spec, impl, call, base, note, metrics, timed)
     except Exception as exc:
         status, message = harness.classify(exc)
         harness.release_memory()

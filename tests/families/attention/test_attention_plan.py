@@ -51,6 +51,7 @@ def test_disabled_experiments_make_no_shards():
             "memory",
             "fa2_setting",
             "fa3_ablation",
+            "llama3_70b_heads",
         )
     }
     assert plan.shards(_config(**off)) == {}

@@ -63,6 +63,7 @@ def test_ablation_shards_from_the_config():
         "fp8_speed",
         "fp8_accuracy",
         "varlen",
+        "llama3_70b_heads",
     ):
         att[key] = {"enabled": False, "configs": None}
     shards = plan.shards({"attention": att, "traffic": {"block_sweep": {"configs": []}}})
