@@ -20,11 +20,13 @@ descriptors need no scratch.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from kernels._runtime import INTERPRET
 
-__all__ = ["Prepared", "hooks_idle"]
+__all__ = ["Prepared", "descriptor_scratch", "hooks_idle"]
 
 _SCRATCH: dict[tuple[int, int], torch.Tensor] = {}
 _RETIRED: list[torch.Tensor] = []
@@ -52,6 +54,21 @@ def _allocator_var():
     from triton.runtime import _allocation
 
     return _allocation._allocator
+
+
+@contextlib.contextmanager
+def descriptor_scratch():
+    """Within the block, a launch of a kernel that makes tensor descriptors gets its scratch from the cached
+    buffers above (Triton's allocator context variable, set for the block only; nothing in the interpreter)."""
+    if INTERPRET:
+        yield
+        return
+    var = _allocator_var()
+    token = var.set(_descriptor_scratch)
+    try:
+        yield
+    finally:
+        var.reset(token)
 
 
 def hooks_idle(enter, leave) -> bool:
@@ -109,14 +126,10 @@ class Prepared:
         names = self.fn.arg_names[len(args) :]
         if set(names) != set(self.constexprs):
             raise TypeError(f"{self.fn.__name__}: runtime arguments first, then the constexprs {names}")
-        var = _allocator_var()
-        token = var.set(_descriptor_scratch)
-        try:
+        with descriptor_scratch():
             compiled = self.fn[self.grid](
                 *args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages
             )
-        finally:
-            var.reset(token)
         self._tail = tuple(self.constexprs[n] for n in names)
         self._scratch = compiled.metadata.global_scratch_size > 0
         self.compiled = compiled

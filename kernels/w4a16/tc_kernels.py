@@ -18,19 +18,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernels._tiling import grouped_order
 from kernels.w4a16.w4a16_kernels import _w4_finish, _w4_run, _w8_run
-
-
-@triton.jit
-def _tile_of(tile, tiles_m, tiles_n, GROUP_N: tl.constexpr):
-    """(row tile, weight tile) of linear tile index ``tile``: groups of GROUP_N weight tiles, each group's row
-    tiles in turn, the weight tile varying fastest, so that programs running together share both."""
-    per_group = GROUP_N * tiles_m
-    first_n = (tile // per_group) * GROUP_N
-    size = tl.minimum(tiles_n - first_n, GROUP_N)
-    pid_n = first_n + (tile % per_group) % size
-    pid_m = (tile % per_group) // size
-    return pid_m, pid_n
 
 
 @triton.jit
@@ -86,7 +75,7 @@ def _wq_tc_kernel(
         x_desc = X  # unused
         w_desc = W
     for tile in range(pid, tiles_m * tiles_n, programs):
-        pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n, GROUP_N)
+        pid_n, pid_m = grouped_order(tile, tiles_n, tiles_m, GROUP_N)
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
         offs_m = m0 + tl.arange(0, BLOCK_M)
