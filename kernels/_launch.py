@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from triton import knobs
 
 from kernels._runtime import INTERPRET
 
@@ -72,8 +73,9 @@ def descriptor_scratch():
 
 
 def hooks_idle(enter, leave) -> bool:
-    """No launch hook to call: both None, or Triton 3.6's hook chains with nothing registered."""
-    return all(h is None or (hasattr(h, "calls") and not h.calls) for h in (enter, leave))
+    """No launch hook to call: both None, or Triton 3.6's hook chains with nothing registered (a hook of
+    another kind counts as one to call)."""
+    return (enter is None or not getattr(enter, "calls", True)) and (leave is None or not getattr(leave, "calls", True))
 
 
 class Prepared:
@@ -102,8 +104,6 @@ class Prepared:
         if compiled is None:
             self._first(args)
             return
-        from triton import knobs
-
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         full = args + self._tail
         if hooks_idle(enter, leave):

@@ -107,7 +107,7 @@ class LaunchPlan:
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         x2 = x if self.x2_shape is None else x.reshape(self.x2_shape)
-        out = torch.empty(self.out_shape, device=x.device, dtype=x.dtype)
+        out = x.new_empty(self.out_shape)  # x's dtype and device
         device = self.device
         if device < 0:
             self._launch(x2, bias, out, 0)

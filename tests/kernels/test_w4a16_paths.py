@@ -293,26 +293,38 @@ def test_plans_hold_tensors_not_addresses(device):
         _check(x, qw, None, wq.matmul(x, qw), f"weight {seed} made after the last was freed")
 
 
+ALLOCATORS = ("empty", "zeros", "empty_like", "zeros_like", "full", "empty_strided")
+TENSOR_ALLOCATORS = ("new_empty", "new_zeros", "new_full", "new_tensor", "clone", "contiguous")
+
+
 def test_a_hit_allocates_only_the_output(device, monkeypatch):
-    """A repeated call allocates its output and nothing else (no partial-sum buffer: int8's split-K too)."""
+    """A repeated call allocates its output and nothing else on the host's side (no partial-sum buffer: int8's
+    split-K too), then launches its kernels (counted with the launch itself stubbed: the interpreter copies
+    tensors of its own); the real call's result is right."""
+    from kernels import _launch
+
     for weight, call in (
         (wq.quantize(_weight(40, 384).to(device), 32), wq.matmul),
         (wq.quantize_w8(_weight(40, 384).to(device)), wq.matmul_w8),
     ):
         x = _x((2, 384)).to(device)
         cfg = wq.W4A16Config(16, 32, 128 if call is wq.matmul else 32, 3, 4, 1, call is wq.matmul)
-        for path_args in ({"path": "streamk"}, {"config": cfg}, {"path": "tc"}):
+        kinds = (({"path": "streamk"}, 1), ({"path": "tc"}, 1), ({"config": cfg}, 1 if call is wq.matmul else 2))
+        for path_args, launches in kinds:
+            _check(x, weight, None, call(x, weight, **path_args), f"{call.__name__} {path_args}")
+            made, launched = [], []
+            for owner, names in ((torch, ALLOCATORS), (torch.Tensor, TENSOR_ALLOCATORS)):
+                for name in names:
+                    real = getattr(owner, name)
+                    monkeypatch.setattr(
+                        owner, name, lambda *a, _r=real, _n=name, _m=made, **k: _m.append(_n) or _r(*a, **k)
+                    )
+            monkeypatch.setattr(
+                _launch.Prepared, "__call__", lambda self, args, stream=0, _l=launched: _l.append(self.fn)
+            )
             call(x, weight, **path_args)
-            made = []
-            for name in ("empty", "zeros", "empty_like", "zeros_like", "full"):
-                real = getattr(torch, name)
-                monkeypatch.setattr(
-                    torch, name, lambda *a, _r=real, _n=name, _m=made, **k: _m.append(_n) or _r(*a, **k)
-                )
-            out = call(x, weight, **path_args)
             monkeypatch.undo()
-            assert made == ["empty"], (call.__name__, path_args, made)
-            _check(x, weight, None, out, f"{call.__name__} {path_args}")
+            assert made == ["new_empty"] and len(launched) == launches, (call.__name__, path_args, made, launched)
 
 
 def test_plans_are_bounded(device, monkeypatch):
