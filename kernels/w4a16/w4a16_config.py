@@ -52,7 +52,8 @@ class W4A16Config:
     PTX on pairs of 16-bit values (``_w4_dequant_sz``); False keeps the plain-Triton form (the same bits).
 
     path: the kernel, one of ``PATHS`` (the module docstring). ``"tc"`` and ``"streamk"`` always run the
-    swapped product (swap_ab must be True) and ignore split_k; ``"tc"`` has no scale_after. tma (``"tc"``):
+    swapped product (swap_ab must be True) and ignore split_k; ``"tc"`` has no scale_after, and for int4 steps
+    one 128-input block at a time (block_k is its int8 step). tma (``"tc"``):
     load the packed words and x through tensor descriptors where the layouts allow it (x's rows and the
     words' rows 16-byte aligned and contiguous; a GPU of compute capability ≥ 9.0, or the interpreter),
     masked pointer loads otherwise. programs_per_sm (``"tc"``, ``"streamk"``): the persistent grid's
