@@ -23,7 +23,7 @@ import torch
 
 from kernels._runtime import check_device, check_flag
 from kernels.moe import routing
-from kernels.moe.grouped_gemm import SUPPORTED_DTYPES, grouped_gemm
+from kernels.moe.grouped_gemm import PATHS, SUPPORTED_DTYPES, grouped_gemm
 
 __all__ = ["moe_ffn", "expert_ffn"]
 
@@ -71,24 +71,29 @@ def moe_ffn(
     w_down: torch.Tensor,
     top_k: int,
     renormalize: bool = True,
+    *,
+    path: str | None = None,
 ) -> torch.Tensor:
     """MoE SwiGLU layer: ``x [tokens, H]``, ``router_logits [tokens, E]``, ``w_gate``/``w_up [E, H, F]``,
     ``w_down [E, F, H]``; returns ``[tokens, H]`` in x's dtype (float16, bfloat16; float32 to test).
 
     ``renormalize``: divide each token's k router weights by their sum (Mixtral's convention); without
-    it the weights are the softmax probabilities of the chosen experts.
+    it the weights are the softmax probabilities of the chosen experts. ``path``: the grouped GEMMs' kernel
+    (``grouped_gemm``'s ``path``: None, ``"grouped"``, ``"persistent"``).
     """
     _check_inputs(x, router_logits, w_gate, w_up, w_down)
     renormalize = check_flag("renormalize", renormalize)
+    if path is not None and path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS} or None (the default, 'grouped'), got {path!r}")
     weights, expert_ids = routing.route(router_logits, top_k, renormalize)
     plan = routing.dispatch(expert_ids, router_logits.shape[1])
-    ys = expert_ffn(routing.gather(x, plan), plan, w_gate, w_up, w_down)
+    ys = expert_ffn(routing.gather(x, plan), plan, w_gate, w_up, w_down, path)
     return routing.combine(ys, weights, plan)
 
 
-def expert_ffn(xs: torch.Tensor, plan: routing.Dispatch, w_gate, w_up, w_down) -> torch.Tensor:
+def expert_ffn(xs: torch.Tensor, plan: routing.Dispatch, w_gate, w_up, w_down, path: str | None = None) -> torch.Tensor:
     """The experts' SwiGLU on rows already sorted by expert (``routing.gather``): the fused gate/up grouped
-    GEMM, then the down projection; ``[tokens · k, H]`` in the sorted order. No input checks (``moe_ffn``
-    does them); the experiments time this step alone."""
-    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, check_offsets=False)
-    return grouped_gemm(hidden, w_down, plan.expert_offsets, check_offsets=False)
+    GEMM, then the down projection, both on ``path``; ``[tokens · k, H]`` in the sorted order. No input
+    checks (``moe_ffn`` does them); the experiments time this step alone."""
+    hidden = grouped_gemm(xs, w_gate, plan.expert_offsets, swiglu_b=w_up, check_offsets=False, path=path)
+    return grouped_gemm(hidden, w_down, plan.expert_offsets, check_offsets=False, path=path)

@@ -4,11 +4,14 @@
 offsets), optionally with a SwiGLU expert's first layer fused (``swiglu_b``: the gate and up products
 accumulated side by side in fp32, ``silu(gate) · up`` written once, so neither goes to memory). Every
 program finds its expert and rows from the offsets itself, so nothing is built or read back on the host:
-the launch is one kernel. Handles float16 and bfloat16 on a GPU, exact float32, any segment lengths (an
-empty expert costs nothing), any K and N, any strides. Does not handle: a transposed ``b``, split-K,
-per-expert scales (FP8), autotuning (one configuration per dtype; ``config=`` pins another). Tested in the
-interpreter (tests/kernels/test_moe.py: odd K, N and segments, empty experts) and on an H200 against
-torch._grouped_mm; timed by the ``moe`` family's ``grouped-gemm`` rows.
+the launch is one kernel (``grouped_kernels``). Two paths (``path=``): ``"grouped"``, the default, a program
+per possible tile; ``"persistent"``, a candidate for large token counts not yet measured on a GPU, a fixed
+grid walking the real tiles with tensor descriptors per expert segment (TMA) on Hopper where the layouts
+allow. Handles float16 and bfloat16 on a GPU, exact float32, any segment lengths (an empty expert costs
+nothing), any K and N, any strides. Does not handle: a transposed ``b``, split-K, per-expert scales (FP8),
+autotuning (one configuration per dtype and path; ``config=`` pins another). Tested in the interpreter
+(tests/kernels/test_moe.py, test_moe_persistent.py: odd K, N and segments, empty experts) and on an H200
+against torch._grouped_mm (the default path); timed by the ``moe`` family's ``grouped-gemm`` rows.
 """
 
 from __future__ import annotations
@@ -17,128 +20,27 @@ import dataclasses
 
 import torch
 import triton
-import triton.language as tl
 
+from kernels._launch import descriptor_scratch
 from kernels._runtime import (
     INTERPRET,
     LaunchCache,
     check_bf16,
     check_device,
     check_flag,
+    compute_capability,
     device_guard,
     host_values,
+    multiprocessor_count,
 )
+from kernels.moe.grouped_kernels import _grouped_gemm_kernel, _grouped_persistent_kernel
 
-__all__ = ["GroupedGemmConfig", "default_config", "grouped_gemm"]
+__all__ = ["PATHS", "GroupedGemmConfig", "default_config", "grouped_gemm"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 GROUP_M = 8  # row tiles per group of the grouped program order
-
-
-# ---------------------------------------------------------------------------------------------------
-# Kernel
-# ---------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _grouped_gemm_kernel(
-    A,  # [rows, K], rows sorted by expert
-    B,  # [E, K, N]
-    B2,  # [E, K, N]: the up projection when FUSE_SWIGLU, else unused
-    C,  # [rows, N]
-    Offsets,  # [E] int32: cumulative end offsets of the segments (any stride)
-    stride_off,
-    num_experts,
-    max_tiles,  # ceil(rows / BLOCK_M) + E: a host-known bound on the row tiles of all segments
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_be,
-    stride_bk,
-    stride_bn,
-    stride_b2e,
-    stride_b2k,
-    stride_b2n,
-    stride_cm,
-    stride_cn,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    FUSE_SWIGLU: tl.constexpr,
-    IS_FP32: tl.constexpr,
-    E_POW2: tl.constexpr,  # next power of two ≥ num_experts
-    GROUP_M: tl.constexpr,  # row tiles per group of the grouped program order
-):
-    """One (row tile, N tile) of the grouped product. The row tiles are each expert's segment cut into
-    ceil(count / BLOCK_M) tiles, laid end to end in expert order; a program finds its expert and first row
-    from a prefix sum of the E tile counts (in registers). ``max_tiles`` bounds the row tiles on the host
-    (every segment adds at most one partial tile): programs past the last one return at once. Rows past a
-    segment's end, columns past N and the K tail are masked; fp32 accumulation, the output in the inputs'
-    dtype."""
-    # Grouped program order (as in Triton's matmul tutorial): GROUP_M consecutive row tiles sweep the N
-    # tiles together, so that their A rows and each B panel are read from HBM about once, not once per
-    # N tile (A) or per row tile (B).
-    pid = tl.program_id(0)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
-    group_m = tl.minimum(max_tiles - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % group_m
-    pid_n = (pid % in_group) // group_m
-
-    # Which expert owns row tile pid_m, from the offsets alone (no tile map built on the host side):
-    # each expert's segment is ceil(count / BLOCK_M) tiles, laid end to end in expert order.
-    e = tl.arange(0, E_POW2)
-    ends = tl.load(Offsets + e * stride_off, mask=e < num_experts, other=0)
-    starts = tl.load(Offsets + (e - 1) * stride_off, mask=(e > 0) & (e < num_experts), other=0)
-    tiles = (ends - starts + BLOCK_M - 1) // BLOCK_M  # 0 for empty experts and for the padding lanes
-    tile_end = tl.cumsum(tiles, 0)
-    if pid_m >= tl.sum(tiles):  # past the last tile of the last non-empty expert
-        return
-    expert = tl.sum((tile_end <= pid_m).to(tl.int32))
-    mine = e == expert
-    row_start = tl.sum(tl.where(mine, starts + (pid_m - (tile_end - tiles)) * BLOCK_M, 0))
-    row_end = tl.sum(tl.where(mine, ends, 0))
-
-    # int64 row offsets: rows · stride passes 2^31 at a few hundred thousand rows of a wide hidden size
-    offs_m = (row_start + tl.arange(0, BLOCK_M)).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_m = offs_m < row_end
-    mask_n = offs_n < N
-
-    a_ptrs = A + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    e64 = expert.to(tl.int64)
-    b_ptrs = B + e64 * stride_be + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if FUSE_SWIGLU:
-        b2_ptrs = B2 + e64 * stride_b2e + offs_k[:, None] * stride_b2k + offs_n[None, :] * stride_b2n
-        acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-
-    for k0 in range(0, K, BLOCK_K):
-        mask_k = offs_k < K - k0
-        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-        if IS_FP32:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, b, acc)
-        if FUSE_SWIGLU:
-            b2 = tl.load(b2_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-            if IS_FP32:
-                acc2 = tl.dot(a, b2, acc2, input_precision="ieee")
-            else:
-                acc2 = tl.dot(a, b2, acc2)
-            b2_ptrs += BLOCK_K * stride_b2k
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-
-    if FUSE_SWIGLU:
-        # silu(gate) · up on the fp32 accumulators: the gate is not rounded before the nonlinearity
-        acc = acc / (1.0 + tl.exp(-acc)) * acc2
-    c_ptrs = C + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+PATHS = ("grouped", "persistent")  # the kernels (module docstring)
+INTERPRET_SMS = 3  # multiprocessors the persistent grid assumes in the interpreter (odd: uneven shares)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -148,22 +50,37 @@ def _grouped_gemm_kernel(
 
 @dataclasses.dataclass(frozen=True)
 class GroupedGemmConfig:
-    """One launch configuration: tile sizes and the compiler's warps and pipeline depth."""
+    """One launch configuration: tile sizes, the compiler's warps and pipeline depth, and the kernel.
+
+    path: one of ``PATHS``. For ``"persistent"``: programs_per_sm, the fixed grid's programs per
+    multiprocessor; tma, load and store through tensor descriptors per expert segment where the layouts allow
+    it (A's and B's and the output's rows contiguous and 16-byte aligned; a GPU of compute capability ≥ 9.0,
+    or the interpreter), masked pointers otherwise.
+    """
 
     block_m: int
     block_n: int
     block_k: int
     num_warps: int
     num_stages: int
+    path: str = "grouped"
+    programs_per_sm: int = 1
+    tma: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two ≥ 16 (tl.dot's minimum), got {value}")
+        if self.path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
+        if self.programs_per_sm < 1:
+            raise ValueError(f"programs_per_sm must be ≥ 1, got {self.programs_per_sm}")
+        if self.tma and self.path != "persistent":
+            raise ValueError(f"tma belongs to path 'persistent', got path {self.path!r}")
 
 
-def default_config(dtype: torch.dtype, fuse_swiglu: bool = False) -> GroupedGemmConfig:
+def default_config(dtype: torch.dtype, fuse_swiglu: bool = False, path: str = "grouped") -> GroupedGemmConfig:
     """The configuration used when none is pinned.
 
     In the interpreter: 16×16×16 tiles, short CPU runs that still cross several tiles of every dimension.
@@ -171,15 +88,19 @@ def default_config(dtype: torch.dtype, fuse_swiglu: bool = False) -> GroupedGemm
     starting point for Hopper GEMMs, which a sweep of tile shapes on an H200 found the fastest on two of the
     three MoE shapes of the default grid and close on the third. The fused
     SwiGLU epilogue keeps two accumulators and two B tiles per stage, so it uses 128×64 tiles (not swept);
-    float32 tiles are twice as wide in bytes, so they use 64×64×32 (a testing mode).
+    float32 tiles are twice as wide in bytes, so they use 64×64×32 (a testing mode). The persistent path
+    takes the same tiles (not swept), one program per multiprocessor, with descriptors.
     """
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS} or None (the default, 'grouped'), got {path!r}")
+    extra = dict(path=path, tma=True) if path == "persistent" else {}
     if INTERPRET:
-        return GroupedGemmConfig(16, 16, 16, 4, 1)
+        return GroupedGemmConfig(16, 16, 16, 4, 1, **extra)
     if dtype == torch.float32:
-        return GroupedGemmConfig(64, 64, 32, 4, 2)
+        return GroupedGemmConfig(64, 64, 32, 4, 2, **extra)
     if fuse_swiglu:
-        return GroupedGemmConfig(128, 64, 64, 8, 3)
-    return GroupedGemmConfig(128, 128, 64, 8, 3)
+        return GroupedGemmConfig(128, 64, 64, 8, 3, **extra)
+    return GroupedGemmConfig(128, 128, 64, 8, 3, **extra)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -233,39 +154,52 @@ def _check_inputs(
 
 # launches after the first of each kind skip Triton's per-call binding of 25 arguments (kernels._runtime.LaunchCache)
 _KERNEL = LaunchCache(_grouped_gemm_kernel)
+_PERSISTENT = LaunchCache(_grouped_persistent_kernel)
 
 
-def _launch(grid, a, b, b2, out, expert_offsets, num_experts, max_tiles, n, k, cfg, fuse) -> None:
-    _KERNEL.launch(
-        (grid[0], 1, 1),
-        (
-            a,
-            b,
-            b2,
-            out,
-            expert_offsets,
-            expert_offsets.stride(0),
-            num_experts,
-            max_tiles,
-            n,
-            k,
-            *a.stride(),
-            *b.stride(),
-            *b2.stride(),
-            *out.stride(),
-        ),
-        dict(
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            BLOCK_K=cfg.block_k,
-            FUSE_SWIGLU=fuse,
-            IS_FP32=a.dtype == torch.float32,
-            E_POW2=triton.next_power_of_2(num_experts),
-            GROUP_M=GROUP_M,
-        ),
-        cfg.num_warps,
-        cfg.num_stages,
+def _tma_ok(a: torch.Tensor, b: torch.Tensor, b2: torch.Tensor, out: torch.Tensor) -> bool:
+    """The layouts a descriptor per segment needs: unit stride along K (A) and N (B, the output), every other
+    stride a multiple of 16 bytes and rows apart, every base 16-byte aligned; and a GPU with TMA."""
+
+    def rows_ok(t: torch.Tensor) -> bool:
+        inner = t.shape[-1]
+        strides = t.stride()
+        return (
+            strides[-1] == 1
+            and all(s * t.element_size() % 16 == 0 and s >= inner for s in strides[:-1])
+            and t.data_ptr() % 16 == 0
+        )
+
+    if not all(rows_ok(t) for t in (a, b, b2, out)):
+        return False
+    return INTERPRET or compute_capability(a.device) >= (9, 0)
+
+
+def _launch(a, b, b2, out, expert_offsets, num_experts, rows, n, k, cfg, fuse) -> None:
+    max_tiles = triton.cdiv(rows, cfg.block_m) + num_experts  # every segment adds at most one partial tile
+    tiles_n = triton.cdiv(n, cfg.block_n)
+    offsets_args = (expert_offsets, expert_offsets.stride(0), num_experts)
+    strides = (*a.stride(), *b.stride(), *b2.stride(), *out.stride())
+    consts = dict(
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        FUSE_SWIGLU=fuse,
+        IS_FP32=a.dtype == torch.float32,
+        E_POW2=triton.next_power_of_2(num_experts),
+        GROUP_M=GROUP_M,
     )
+    if cfg.path == "grouped":
+        args = (a, b, b2, out, *offsets_args, max_tiles, n, k, *strides)
+        _KERNEL.launch((max_tiles * tiles_n, 1, 1), args, consts, cfg.num_warps, cfg.num_stages)
+        return
+    # a fixed grid: only sizes the host knows, so that a CUDA graph replays it for any routing
+    programs = min(cfg.programs_per_sm * multiprocessor_count(a.device, INTERPRET_SMS), max_tiles * tiles_n)
+    consts["USE_TMA"] = cfg.tma and _tma_ok(a, b, b2, out)
+    with descriptor_scratch():
+        _PERSISTENT.launch(
+            (programs, 1, 1), (a, b, b2, out, *offsets_args, n, k, *strides), consts, cfg.num_warps, cfg.num_stages
+        )
 
 
 def grouped_gemm(
@@ -276,6 +210,7 @@ def grouped_gemm(
     swiglu_b: torch.Tensor | None = None,
     config: GroupedGemmConfig | None = None,
     check_offsets: bool = True,
+    path: str | None = None,
 ) -> torch.Tensor:
     """``out[r] = a[r] @ b[e]`` for the rows ``r`` of each expert ``e``'s segment, in one launch.
 
@@ -290,11 +225,20 @@ def grouped_gemm(
     after a first call does not synchronise); pass False when they come from ``routing.dispatch`` (new
     each call) and the launch must not synchronise. Unchecked bad offsets give wrong results or
     out-of-bounds reads. Every tensor may have any strides (the offsets too).
-    Raises ``ValueError`` / ``TypeError`` on bad shapes, dtypes, devices or offsets.
+    ``path``: the kernel when no config is pinned (a config names its own): None or ``"grouped"`` (the
+    default), ``"persistent"`` (a candidate, module docstring).
+    Raises ``ValueError`` / ``TypeError`` on bad shapes, dtypes, devices, offsets, paths or configs.
     """
     _check_inputs(a, b, expert_offsets, swiglu_b, check_offsets)
     fuse = swiglu_b is not None
-    cfg = config or default_config(a.dtype, fuse)
+    if config is None:
+        cfg = default_config(a.dtype, fuse, "grouped" if path is None else path)
+    elif not isinstance(config, GroupedGemmConfig):
+        raise TypeError(f"config must be a GroupedGemmConfig or None, got {type(config).__name__}")
+    elif path is not None and path != config.path:
+        raise ValueError(f"path={path!r} disagrees with config.path={config.path!r}: pass one of them")
+    else:
+        cfg = config
     rows, k = a.shape
     num_experts, _, n = b.shape
     out = torch.empty((rows, n), device=a.device, dtype=a.dtype)
@@ -303,8 +247,6 @@ def grouped_gemm(
     if k == 0:
         return out.zero_()  # an empty sum; with the SwiGLU epilogue silu(0) · 0 = 0 as well
     b2 = swiglu_b if fuse else b
-    max_tiles = triton.cdiv(rows, cfg.block_m) + num_experts
-    grid = (max_tiles * triton.cdiv(n, cfg.block_n),)
     with device_guard(a):
-        _launch(grid, a, b, b2, out, expert_offsets, num_experts, max_tiles, n, k, cfg, fuse)
+        _launch(a, b, b2, out, expert_offsets, num_experts, rows, n, k, cfg, fuse)
     return out

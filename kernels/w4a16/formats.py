@@ -54,7 +54,9 @@ class W4Weight:
     ``[K // group_size, N]`` holding each group's scale (bits 0–15) and ``2^e + z`` in the scale's dtype
     (bits 16–31: ``0x6400 | z`` for fp16, ``0x4300 | z`` for bf16, z = 8 when symmetric), so that the kernel
     reads both with one 4-byte load (which the pipeliner can issue as cp.async); ``scales`` and ``zeros``
-    are then views into it; None for float32 scales.
+    are then views into it; None for float32 scales. plans: the launch plans ``matmul`` made for this weight
+    (``kernels.w4a16.plans``), by the kinds of call it served; a copy made with ``dataclasses.replace`` starts
+    with none.
     """
 
     packed: torch.Tensor
@@ -66,6 +68,7 @@ class W4Weight:
     dtype: torch.dtype
     pack_block: int = 128
     scale_zero: torch.Tensor | None = None
+    plans: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def nbytes(self) -> int:
         """Bytes the kernel reads for the weight: codes, scales and zero points (the int32 ``scale_zero``
@@ -80,13 +83,15 @@ class W4Weight:
 class W8Weight:
     """An int8 ``[N, K]`` weight with one scale per output channel: ``w ≈ qweight · scales[:, None]``.
 
-    qweight: int8 ``[N, K]`` in [−127, 127]; scales: ``[N]`` (float16 for float16 weights, float32 otherwise).
+    qweight: int8 ``[N, K]`` in [−127, 127]; scales: ``[N]`` (float16 for float16 weights, float32 otherwise);
+    plans: ``matmul_w8``'s launch plans for this weight, as ``W4Weight.plans``.
     """
 
     qweight: torch.Tensor
     scales: torch.Tensor
     shape: tuple[int, int]
     dtype: torch.dtype
+    plans: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def nbytes(self) -> int:
         return self.qweight.numel() + self.scales.numel() * self.scales.element_size()

@@ -108,6 +108,330 @@ def _w4_mma(acc, w, x, SWAP_AB: tl.constexpr, DEQ: tl.constexpr):
 
 
 @triton.jit
+def _w4_x_slice(x_ptrs, xb_mask, x_desc, m0, k, stride_xk, SWAP_AB: tl.constexpr, USE_TMA: tl.constexpr):
+    """16 columns of x from input ``k`` on: ``[16, BLOCK_M]`` with SWAP_AB, else ``[BLOCK_M, 16]``; with USE_TMA
+    one tensor-descriptor load of the ``[BLOCK_M, 16]`` box at (m0, k) (rows past M read as zeros)."""
+    if USE_TMA:
+        x = x_desc.load([m0, k])
+        if SWAP_AB:
+            x = tl.trans(x)
+    else:
+        x = tl.load(x_ptrs + k * stride_xk, mask=xb_mask, other=0.0)
+    return x
+
+
+@triton.jit
+def _w4_block(
+    acc,
+    words,  # [BLOCK_N, 16] int32 with SWAP_AB (else [16, BLOCK_N]): the 128-input block from kb
+    x_ptrs,  # x's columns 0 … 15 of the tile's rows (advanced by the input index)
+    xb_mask,
+    x_desc,  # USE_TMA: x's tensor descriptor (box [BLOCK_M, 16]), else unused
+    m0,  # USE_TMA: the tile's first row
+    s_ptrs,
+    z_ptrs,
+    nb_mask,
+    kb,
+    stride_xk,
+    stride_sg,
+    stride_zg,
+    GROUP: tl.constexpr,
+    SYMMETRIC: tl.constexpr,
+    DEQ: tl.constexpr,
+    MAGIC: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    dtype: tl.constexpr,
+):
+    """``acc`` plus the product of one 128-input packing block: 8 products of K = 16, nibble i of the words
+    being inputs ``kb + 16i … kb + 16i + 15``, multiplied with the matching 16 columns of x (the kernels'
+    shared K-loop body; ``_w4a16_kernel``'s docstring says how DEQ places the scale)."""
+    if DEQ == 3:
+        # q − z exact in 16 bits, its product with x summed per group in fp32, then times the scale
+        for gi in tl.static_range(128 // GROUP):
+            sz = tl.load(s_ptrs + (kb // GROUP + gi) * stride_sg, mask=nb_mask, other=0)
+            s = sz.to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+            for ii in tl.static_range(GROUP // 16):
+                i = gi * (GROUP // 16) + ii
+                x = _w4_x_slice(x_ptrs, xb_mask, x_desc, m0, kb + 16 * i, stride_xk, SWAP_AB, USE_TMA)
+                if SWAP_AB:
+                    w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, False, USE_ASM)
+                else:
+                    w = _w4_dequant_sz(words, sz[None, :], i, MAGIC, False, USE_ASM)
+                if ii == 0:
+                    part = _w4_mma(tl.zeros(acc.shape, tl.float32), w, x, SWAP_AB, DEQ)
+                else:
+                    part = _w4_mma(part, w, x, SWAP_AB, DEQ)
+            if SWAP_AB:
+                acc += part * s[:, None]
+            else:
+                acc += part * s[None, :]
+    for i in tl.static_range(8 if DEQ != 3 else 0):
+        if (16 * i) % GROUP == 0:  # a new group starts with this slice: its scale and zero point
+            g = kb // GROUP + (16 * i) // GROUP
+            if DEQ == 0:  # S is the int32 scale_zero: scale bits low, 2^e + z bits high
+                sz = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0)
+            else:
+                s = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0.0)
+                z = s  # unused when SYMMETRIC
+                if not SYMMETRIC:
+                    z = tl.load(z_ptrs + g * stride_zg, mask=nb_mask, other=0)
+        if DEQ == 0:
+            if SWAP_AB:
+                w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, True, USE_ASM)
+            else:
+                w = _w4_dequant_sz(words, sz[None, :], i, MAGIC, True, USE_ASM)
+        elif SWAP_AB:
+            w = _w4_dequant(words, 4 * i, s[:, None], z[:, None], SYMMETRIC, dtype)
+        else:
+            w = _w4_dequant(words, 4 * i, s[None, :], z[None, :], SYMMETRIC, dtype)
+        x = _w4_x_slice(x_ptrs, xb_mask, x_desc, m0, kb + 16 * i, stride_xk, SWAP_AB, USE_TMA)
+        acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
+    return acc
+
+
+@triton.jit
+def _w4_tail(
+    acc,
+    W,
+    S,
+    Z,
+    w_ptrs,
+    x_ptrs,
+    w_mask,
+    x_mask,
+    offs_n,
+    k_main,
+    stride_wc,
+    stride_xk,
+    stride_sn,
+    stride_sg,
+    stride_zn,
+    stride_zg,
+    GROUP: tl.constexpr,
+    SYMMETRIC: tl.constexpr,
+    TAIL_WORDS: tl.constexpr,
+    DEQ: tl.constexpr,
+    MAGIC: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    dtype: tl.constexpr,
+):
+    """``acc`` plus the product of the last, shorter block (K − k_main inputs, packed with TAIL_WORDS words per
+    row): nibble i of word c is input k_main + i·TAIL_WORDS + c; groups may change inside a slice (12-word
+    tails), so the scale is applied before the product here, per element."""
+    offs_c = tl.arange(0, 16)
+    c_ok = offs_c < TAIL_WORDS
+    if SWAP_AB:
+        t_mask = w_mask & c_ok[None, :]
+        tx_mask = x_mask & c_ok[:, None]
+        col = offs_c[None, :]
+        sn = offs_n[:, None]
+    else:
+        t_mask = w_mask & c_ok[:, None]
+        tx_mask = x_mask & c_ok[None, :]
+        col = offs_c[:, None]
+        sn = offs_n[None, :]
+    words = tl.load(w_ptrs + (k_main // 8) * stride_wc, mask=t_mask, other=0)
+    for i in tl.static_range(8):
+        g = (k_main + i * TAIL_WORDS + col) // GROUP
+        if DEQ == 0 or DEQ == 3:
+            sz = tl.load(S + sn * stride_sn + g * stride_sg, mask=t_mask, other=0)
+            w = _w4_dequant_sz(words, sz, i, MAGIC, True, USE_ASM)
+        else:
+            s = tl.load(S + sn * stride_sn + g * stride_sg, mask=t_mask, other=0.0)
+            z = s
+            if not SYMMETRIC:
+                z = tl.load(Z + sn * stride_zn + g * stride_zg, mask=t_mask, other=0)
+            w = _w4_dequant(words, 4 * i, s, z, SYMMETRIC, dtype)
+        x = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=tx_mask, other=0.0)
+        acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
+    return acc
+
+
+@triton.jit
+def _w4_run(
+    acc,
+    X,
+    W,
+    S,
+    Z,
+    x_desc,
+    w_desc,
+    m0,
+    n0,
+    offs_m,
+    offs_n,
+    m_mask,
+    n_mask,
+    k_lo,
+    k_hi,
+    last,
+    k_main,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wc,
+    stride_sn,
+    stride_sg,
+    stride_zn,
+    stride_zg,
+    GROUP: tl.constexpr,
+    SYMMETRIC: tl.constexpr,
+    TAIL_WORDS: tl.constexpr,
+    DEQ: tl.constexpr,
+    MAGIC: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    dtype: tl.constexpr,
+):
+    """``acc`` plus inputs ``[k_lo, k_hi)`` of one int4 output tile (whole 128-input blocks, BLOCK_K of them a
+    loop step; the blocks of a last, partial step read as zeros), then the last, shorter block when this run
+    ends the tile (``last``): the K loop every int4 kernel runs. Words and x by pointer loads, or with
+    USE_TMA (swapped, 128-input steps) through the descriptors ``w_desc`` (box ``[BLOCK_N, 16]`` words at
+    (n0, ·)) and ``x_desc`` (``[BLOCK_M, 16]`` at (m0, ·))."""
+    tl.static_assert(not USE_TMA or (SWAP_AB and BLOCK_K == 128), "descriptors: swapped, 128-input steps")
+    offs_c = tl.arange(0, 16)
+    if SWAP_AB:
+        # words (BLOCK_N, 16), x slices (16, BLOCK_M)
+        w_ptrs = W + offs_n[:, None] * stride_wn + offs_c[None, :] * stride_wc
+        w_mask = n_mask[:, None]
+        x_ptrs = X + offs_m[None, :] * stride_xm + offs_c[:, None] * stride_xk
+        x_mask = m_mask[None, :]
+    else:
+        # words (16, BLOCK_N), x slices (BLOCK_M, 16)
+        w_ptrs = W + offs_n[None, :] * stride_wn + offs_c[:, None] * stride_wc
+        w_mask = n_mask[None, :]
+        x_ptrs = X + offs_m[:, None] * stride_xm + offs_c[None, :] * stride_xk
+        x_mask = m_mask[:, None]
+    s_ptrs = S + offs_n * stride_sn
+    z_ptrs = s_ptrs  # unused when SYMMETRIC or the scales are scale_zero words (Z is None)
+    if not SYMMETRIC and (DEQ == 1 or DEQ == 2):
+        z_ptrs = Z + offs_n * stride_zn
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        for b in tl.static_range(BLOCK_K // 128):
+            kb = k0 + b * 128
+            if BLOCK_K > 128:  # the last step of a run may be partial: its missing blocks read as zeros
+                b_ok = kb < k_hi
+                wb_mask = w_mask & b_ok
+                xb_mask = x_mask & b_ok
+                nb_mask = n_mask & b_ok
+            else:
+                wb_mask = w_mask
+                xb_mask = x_mask
+                nb_mask = n_mask
+            if USE_TMA:
+                words = w_desc.load([n0, kb // 8])
+            else:
+                words = tl.load(w_ptrs + (kb // 8) * stride_wc, mask=wb_mask, other=0)
+            acc = _w4_block(
+                acc,
+                words,
+                x_ptrs,
+                xb_mask,
+                x_desc,
+                m0,
+                s_ptrs,
+                z_ptrs,
+                nb_mask,
+                kb,
+                stride_xk,
+                stride_sg,
+                stride_zg,
+                GROUP,
+                SYMMETRIC,
+                DEQ,
+                MAGIC,
+                SWAP_AB,
+                USE_ASM,
+                USE_TMA,
+                dtype,
+            )
+    if TAIL_WORDS > 0:
+        if last:
+            acc = _w4_tail(
+                acc,
+                W,
+                S,
+                Z,
+                w_ptrs,
+                x_ptrs,
+                w_mask,
+                x_mask,
+                offs_n,
+                k_main,
+                stride_wc,
+                stride_xk,
+                stride_sn,
+                stride_sg,
+                stride_zn,
+                stride_zg,
+                GROUP,
+                SYMMETRIC,
+                TAIL_WORDS,
+                DEQ,
+                MAGIC,
+                SWAP_AB,
+                USE_ASM,
+                dtype,
+            )
+    return acc
+
+
+@triton.jit
+def _w8_run(
+    acc,
+    X,
+    W,
+    x_desc,
+    w_desc,
+    m0,
+    n0,
+    offs_m,
+    offs_n,
+    m_mask,
+    n_mask,
+    k_lo,
+    k_hi,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    DEQ: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """``acc [BLOCK_N, BLOCK_M]`` plus inputs ``[k_lo, k_hi)`` of one int8 tile, swapped: ``[BLOCK_N, BLOCK_K]``
+    codes converted to x's dtype (exact) times xᵀ, fp32 sums (DEQ 2: fp32 x, exact); the per-channel scale
+    is the caller's. With USE_TMA (k_hi = K) through descriptors whose boxes past K read as zeros."""
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        if USE_TMA:
+            w = w_desc.load([n0, k0])
+            x = tl.trans(x_desc.load([m0, k0]))
+        else:
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            k_mask = offs_k < k_hi
+            w = tl.load(
+                W + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                mask=n_mask[:, None] & k_mask[None, :],
+                other=0,
+            )
+            x = tl.load(
+                X + offs_m[None, :] * stride_xm + offs_k[:, None] * stride_xk,
+                mask=m_mask[None, :] & k_mask[:, None],
+                other=0.0,
+            )
+        if DEQ == 2:
+            acc = tl.dot(w.to(tl.float32), x, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w.to(x.dtype), x, acc)
+    return acc
+
+
+@triton.jit
 def _w4a16_kernel(
     X,  # (M, K) activations
     W,  # (N, K // 8) int32, the blocked packing (kernels.w4a16.formats)
@@ -143,15 +467,14 @@ def _w4a16_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,  # a multiple of 128: packing blocks per loop step
 ):
-    """One (M, N) tile over one K slice. Per 128-input block a program loads one ``[BLOCK_N, 16]`` word tile
-    and runs 8 products of K = 16: nibble i of the words is inputs ``k0 + 16i … k0 + 16i + 15`` (no reshape),
-    multiplied with the matching 16 columns of x, loaded straight from memory."""
+    """One (M, N) tile over one K slice (``_w4_run``). Per 128-input block a program loads one ``[BLOCK_N, 16]``
+    word tile and runs 8 products of K = 16: nibble i of the words is inputs ``k0 + 16i … k0 + 16i + 15`` (no
+    reshape), multiplied with the matching 16 columns of x, loaded straight from memory."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_c = tl.arange(0, 16)
     m_mask = offs_m < M
     n_mask = offs_n < N
     if DEQ == 2:
@@ -160,107 +483,47 @@ def _w4a16_kernel(
         dtype = X.dtype.element_ty
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        # words (BLOCK_N, 16), x slices (16, BLOCK_M)
-        w_ptrs = W + offs_n[:, None] * stride_wn + offs_c[None, :] * stride_wc
-        w_mask = n_mask[:, None]
-        x_ptrs = X + offs_m[None, :] * stride_xm + offs_c[:, None] * stride_xk
-        x_mask = m_mask[None, :]
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        # words (16, BLOCK_N), x slices (BLOCK_M, 16)
-        w_ptrs = W + offs_n[None, :] * stride_wn + offs_c[:, None] * stride_wc
-        w_mask = n_mask[None, :]
-        x_ptrs = X + offs_m[:, None] * stride_xm + offs_c[None, :] * stride_xk
-        x_mask = m_mask[:, None]
-    s_ptrs = S + offs_n * stride_sn
-    z_ptrs = s_ptrs  # unused when SYMMETRIC or DEQ == 0 (Z is None)
-    if not SYMMETRIC and (DEQ == 1 or DEQ == 2):
-        z_ptrs = Z + offs_n * stride_zn
     k_start = pid_k * blocks_per_split * 128
     k_stop = tl.minimum(k_main, k_start + blocks_per_split * 128)
-    for k0 in range(k_start, k_stop, BLOCK_K):
-        for b in tl.static_range(BLOCK_K // 128):
-            kb = k0 + b * 128
-            if BLOCK_K > 128:  # the last step of a slice may be partial: its missing blocks read as zeros
-                b_ok = kb < k_stop
-                wb_mask = w_mask & b_ok
-                xb_mask = x_mask & b_ok
-                nb_mask = n_mask & b_ok
-            else:
-                wb_mask = w_mask
-                xb_mask = x_mask
-                nb_mask = n_mask
-            words = tl.load(w_ptrs + (kb // 8) * stride_wc, mask=wb_mask, other=0)
-            if DEQ == 3:
-                # q − z exact in 16 bits, its product with x summed per group in fp32, then times the scale
-                for gi in tl.static_range(128 // GROUP):
-                    sz = tl.load(s_ptrs + (kb // GROUP + gi) * stride_sg, mask=nb_mask, other=0)
-                    s = sz.to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
-                    for ii in tl.static_range(GROUP // 16):
-                        i = gi * (GROUP // 16) + ii
-                        x = tl.load(x_ptrs + (kb + 16 * i) * stride_xk, mask=xb_mask, other=0.0)
-                        if SWAP_AB:
-                            w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, False, USE_ASM)
-                        else:
-                            w = _w4_dequant_sz(words, sz[None, :], i, MAGIC, False, USE_ASM)
-                        if ii == 0:
-                            part = _w4_mma(tl.zeros(acc.shape, tl.float32), w, x, SWAP_AB, DEQ)
-                        else:
-                            part = _w4_mma(part, w, x, SWAP_AB, DEQ)
-                    if SWAP_AB:
-                        acc += part * s[:, None]
-                    else:
-                        acc += part * s[None, :]
-            for i in tl.static_range(8 if DEQ != 3 else 0):
-                if (16 * i) % GROUP == 0:  # a new group starts with this slice: its scale and zero point
-                    g = kb // GROUP + (16 * i) // GROUP
-                    if DEQ == 0:  # S is the int32 scale_zero: scale bits low, 2^e + z bits high
-                        sz = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0)
-                    else:
-                        s = tl.load(s_ptrs + g * stride_sg, mask=nb_mask, other=0.0)
-                        z = s  # unused when SYMMETRIC
-                        if not SYMMETRIC:
-                            z = tl.load(z_ptrs + g * stride_zg, mask=nb_mask, other=0)
-                if DEQ == 0:
-                    if SWAP_AB:
-                        w = _w4_dequant_sz(words, sz[:, None], i, MAGIC, True, USE_ASM)
-                    else:
-                        w = _w4_dequant_sz(words, sz[None, :], i, MAGIC, True, USE_ASM)
-                elif SWAP_AB:
-                    w = _w4_dequant(words, 4 * i, s[:, None], z[:, None], SYMMETRIC, dtype)
-                else:
-                    w = _w4_dequant(words, 4 * i, s[None, :], z[None, :], SYMMETRIC, dtype)
-                x = tl.load(x_ptrs + (kb + 16 * i) * stride_xk, mask=xb_mask, other=0.0)
-                acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
-    if TAIL_WORDS > 0:
-        if pid_k == split_k - 1:
-            # the last, shorter block (K − k_main inputs, packed with TAIL_WORDS words per row): nibble i of
-            # word c is input k_main + i·TAIL_WORDS + c; groups may change inside a slice (12-word tails)
-            c_ok = offs_c < TAIL_WORDS
-            if SWAP_AB:
-                t_mask = w_mask & c_ok[None, :]
-                tx_mask = x_mask & c_ok[:, None]
-                col = offs_c[None, :]
-                sn = offs_n[:, None]
-            else:
-                t_mask = w_mask & c_ok[:, None]
-                tx_mask = x_mask & c_ok[None, :]
-                col = offs_c[:, None]
-                sn = offs_n[None, :]
-            words = tl.load(w_ptrs + (k_main // 8) * stride_wc, mask=t_mask, other=0)
-            for i in tl.static_range(8):
-                g = (k_main + i * TAIL_WORDS + col) // GROUP
-                if DEQ == 0 or DEQ == 3:  # the scale before the product here (per element: the group varies)
-                    sz = tl.load(S + sn * stride_sn + g * stride_sg, mask=t_mask, other=0)
-                    w = _w4_dequant_sz(words, sz, i, MAGIC, True, USE_ASM)
-                else:
-                    s = tl.load(S + sn * stride_sn + g * stride_sg, mask=t_mask, other=0.0)
-                    z = s
-                    if not SYMMETRIC:
-                        z = tl.load(Z + sn * stride_zn + g * stride_zg, mask=t_mask, other=0)
-                    w = _w4_dequant(words, 4 * i, s, z, SYMMETRIC, dtype)
-                x = tl.load(x_ptrs + (k_main + i * TAIL_WORDS) * stride_xk, mask=tx_mask, other=0.0)
-                acc = _w4_mma(acc, w, x, SWAP_AB, DEQ)
+    acc = _w4_run(
+        acc,
+        X,
+        W,
+        S,
+        Z,
+        X,
+        W,
+        0,
+        0,
+        offs_m,
+        offs_n,
+        m_mask,
+        n_mask,
+        k_start,
+        k_stop,
+        pid_k == split_k - 1,
+        k_main,
+        stride_xm,
+        stride_xk,
+        stride_wn,
+        stride_wc,
+        stride_sn,
+        stride_sg,
+        stride_zn,
+        stride_zg,
+        GROUP,
+        SYMMETRIC,
+        TAIL_WORDS,
+        DEQ,
+        MAGIC,
+        SWAP_AB,
+        USE_ASM,
+        False,
+        BLOCK_K,
+        dtype,
+    )
     tile = pid_m * tl.num_programs(1) + pid_n
     _w4_epilogue(acc, Bias, stride_bias, Out, Part, Cnt, tile, pid_k, split_k, offs_m, offs_n, M, N, SPLIT, SWAP_AB)
 

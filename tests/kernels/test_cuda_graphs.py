@@ -180,23 +180,23 @@ def _decode():
     return Entry(lambda: decode.attention(q, k, v), _refill([q, k, v], 10))
 
 
-def _w4a16(m: int):
+def _w4a16(m: int, path: str | None = None):
     from kernels import w4a16 as wq
 
     qw = wq.quantize(_randn(4096, 2048, scale=0.05, seed=1), 128)
     x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)
-    return Entry(lambda: wq.matmul(x, qw, bias), _refill([x, bias], 10))
+    return Entry(lambda: wq.matmul(x, qw, bias, path=path), _refill([x, bias], 10))
 
 
-def _w8a16(m: int):
+def _w8a16(m: int, path: str | None = None):
     from kernels import w4a16 as wq
 
     qw = wq.quantize_w8(_randn(4096, 2048, scale=0.05, seed=1))
     x, bias = _randn(m, 2048, seed=2), _randn(4096, seed=3)
-    return Entry(lambda: wq.matmul_w8(x, qw, bias), _refill([x, bias], 10))
+    return Entry(lambda: wq.matmul_w8(x, qw, bias, path=path), _refill([x, bias], 10))
 
 
-def _grouped(fuse: bool):
+def _grouped(fuse: bool, path: str | None = None):
     """The default check_offsets=True: validated on the host at the first call, cached for the same tensor."""
     from kernels.moe import grouped_gemm
 
@@ -210,17 +210,17 @@ def _grouped(fuse: bool):
         _refill([a], 10)()
         offsets.copy_(new_offsets)  # a torch write: bumps the version, so the next eager call re-validates
 
-    return Entry(lambda: grouped_gemm(a, b, offsets, swiglu_b=b2 if fuse else None), refresh)
+    return Entry(lambda: grouped_gemm(a, b, offsets, swiglu_b=b2 if fuse else None, path=path), refresh)
 
 
-def _moe_ffn():
+def _moe_ffn(path: str | None = None):
     from kernels.moe import moe_ffn
 
     tokens, e, h, f = 256, 16, 1024, 512
     x, logits = _randn(tokens, h, seed=1), _randn(tokens, e, dtype=torch.float32, seed=2)
     wg, wu = _randn(e, h, f, scale=0.03, seed=3), _randn(e, h, f, scale=0.03, seed=4)
     wd = _randn(e, f, h, scale=0.03, seed=5)
-    return Entry(lambda: moe_ffn(x, logits, wg, wu, wd, top_k=4), _refill([x, logits], 10))
+    return Entry(lambda: moe_ffn(x, logits, wg, wu, wd, top_k=4, path=path), _refill([x, logits], 10))
 
 
 def _hopper() -> None:
@@ -286,9 +286,16 @@ ENTRIES = {
     "w4a16.matmul M=300 (GEMM)": lambda: _w4a16(300),
     "w4a16.matmul_w8 M=1 (split-K + reduce)": lambda: _w8a16(1),
     "w4a16.matmul_w8 M=300": lambda: _w8a16(300),
+    "w4a16.matmul M=1 (stream-K)": lambda: _w4a16(1, "streamk"),
+    "w4a16.matmul M=300 (tc)": lambda: _w4a16(300, "tc"),
+    "w4a16.matmul_w8 M=1 (stream-K)": lambda: _w8a16(1, "streamk"),
+    "w4a16.matmul_w8 M=300 (tc)": lambda: _w8a16(300, "tc"),
     "moe.grouped_gemm": lambda: _grouped(False),
     "moe.grouped_gemm swiglu": lambda: _grouped(True),
+    "moe.grouped_gemm persistent": lambda: _grouped(False, "persistent"),
+    "moe.grouped_gemm swiglu persistent": lambda: _grouped(True, "persistent"),
     "moe.moe_ffn": _moe_ffn,
+    "moe.moe_ffn persistent": lambda: _moe_ffn("persistent"),
     "fa3.forward": _fa3_forward,
     "fp8.forward_quantized fa3": lambda: _fp8_quantized("fa3"),
     "fp8.forward_quantized triton": lambda: _fp8_quantized("triton"),

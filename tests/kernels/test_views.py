@@ -193,21 +193,23 @@ def _on_device(qw, device):
     return moved
 
 
-def _w4_case(m: int, wdtype: torch.dtype) -> Case:
+def _w4_case(m: int, wdtype: torch.dtype, path: str | None = None) -> Case:
     """matmul with the weight's tensors as arguments: x, bias and the packed words and scales the kernel reads
-    (16-bit weights: the int32 scale_zero words; float32 weights: scales and zero points)."""
+    (16-bit weights: the int32 scale_zero words; float32 weights: scales and zero points); ``path``: a candidate
+    kernel (the tc path's tensor descriptors give way to pointer loads where a layout does not allow them)."""
     fields = ("packed", "scale_zero") if wdtype != F32 else ("packed", "scales", "zeros")
 
     def build(device):
         qw = _on_device(wq.quantize(_randn(40, 256, dtype=wdtype, scale=0.05, seed=7), 64), device)
 
         def call(x, bias, **parts):
-            return wq.matmul(x, dataclasses.replace(qw, **parts), bias)
+            return wq.matmul(x, dataclasses.replace(qw, **parts), bias, path=path)
 
         tensors = _on(device, {"x": _randn(m, 256, seed=8), "bias": _randn(40, seed=9)})
         return call, {**tensors, **{f: getattr(qw, f) for f in fields}}
 
-    return Case(f"w4a16.matmul M={m} {str(wdtype)[6:]} weight", ("x", "bias", *fields), build)
+    name = f"w4a16.matmul M={m} {str(wdtype)[6:]} weight" + (f" {path}" if path else "")
+    return Case(name, ("x", "bias", *fields), build)
 
 
 def _unpack_case() -> Case:
@@ -222,21 +224,23 @@ def _unpack_case() -> Case:
     return Case("w4a16.unpack_to_memory", ("packed", "scale_zero"), build)
 
 
-def _w8_case(m: int) -> Case:
+def _w8_case(m: int, path: str | None = None) -> Case:
     def build(device):
         q8 = _on_device(wq.quantize_w8(_randn(40, 100, scale=0.05, seed=7)), device)
 
         def call(x, bias, qweight, scales):
-            return wq.matmul_w8(x, dataclasses.replace(q8, qweight=qweight, scales=scales), bias)
+            return wq.matmul_w8(x, dataclasses.replace(q8, qweight=qweight, scales=scales), bias, path=path)
 
         tensors = _on(device, {"x": _randn(m, 100, seed=8), "bias": _randn(40, seed=9)})
         return call, {**tensors, "qweight": q8.qweight, "scales": q8.scales}
 
-    return Case(f"w4a16.matmul_w8 M={m}", ("x", "bias", "qweight", "scales"), build)
+    return Case(f"w4a16.matmul_w8 M={m}" + (f" {path}" if path else ""), ("x", "bias", "qweight", "scales"), build)
 
 
-def _grouped_case(fuse: bool) -> Case:
-    rows, k, n, e = 37, 24, 20, 4
+def _grouped_case(fuse: bool, path: str | None = None) -> Case:
+    """``path="persistent"``: its per-segment descriptors give way to pointer loads where a layout does not
+    allow them (here N = 32 and K = 24: 64- and 48-byte rows, so the contiguous call takes descriptors)."""
+    rows, k, n, e = 37, 24, 20 if path is None else 32, 4
 
     def build(device):
         tensors = {
@@ -246,10 +250,10 @@ def _grouped_case(fuse: bool) -> Case:
         }
         if fuse:
             tensors["swiglu_b"] = _randn(e, k, n, scale=0.2, seed=3)
-        return grouped_gemm, _on(device, tensors)
+        return (lambda **t: grouped_gemm(**t, path=path)), _on(device, tensors)
 
     args = ("a", "b", "expert_offsets") + (("swiglu_b",) if fuse else ())
-    return Case(f"moe.grouped_gemm{' swiglu' if fuse else ''}", args, build)
+    return Case(f"moe.grouped_gemm{' swiglu' if fuse else ''}{' ' + path if path else ''}", args, build)
 
 
 def _moe_ffn_case() -> Case:
@@ -319,13 +323,19 @@ def _cases() -> list[Case]:
         _w4_case(3, F16),
         _w4_case(20, F16),
         _w4_case(3, F32),
+        _w4_case(20, F16, "tc"),
+        _w4_case(3, F16, "streamk"),
         _unpack_case(),
         _weight_case("w4a16.quantize", lambda w: wq.quantize(w, 32), 16, 96),
         _w8_case(3),
         _w8_case(20),
+        _w8_case(20, "tc"),
+        _w8_case(3, "streamk"),
         _weight_case("w4a16.quantize_w8", wq.quantize_w8, 16, 40),
         _grouped_case(False),
         _grouped_case(True),
+        _grouped_case(False, "persistent"),
+        _grouped_case(True, "persistent"),
         _moe_ffn_case(),
         *_routing_cases(),
     ]

@@ -25,8 +25,7 @@ import triton
 
 from kernels import tolerance
 from kernels import w4a16 as wq
-from kernels.w4a16 import reference
-from kernels.w4a16 import w4a16 as launcher
+from kernels.w4a16 import plans, reference
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 ROOT = Path(__file__).resolve().parents[2]
@@ -325,20 +324,21 @@ def test_ptx_dequant_gives_the_plain_triton_bits(dtype, m):
 
 
 @pytest.mark.gpu
-def test_repeated_launches_take_the_cached_launcher():
-    """After the first launch of a kind, matmul calls the compiled kernel's launcher directly
-    (kernels._runtime.LaunchCache): the same bits on repeat; a strided x at another 16-byte aligned address
-    takes the same entry, a misaligned one and another M with a bias new ones; every result right."""
+def test_repeated_launches_take_the_prepared_launcher():
+    """After the first call of a kind, matmul calls the compiled kernel's launcher directly (the weight's launch
+    plan, kernels._launch.Prepared): the same bits on repeat; a strided x at another 16-byte aligned address
+    takes the same plan, a misaligned one and another M with a bias new ones; every result right."""
     qw = wq.quantize(_weight(136, 480, BF16).cuda(), 32)
     rows = _x((5, 488), BF16).cuda()
     bias = _x((136,), BF16, seed=2).cuda()
-    cache = launcher._TENSOR_CORES._compiled
     cases = ((rows[:3, :480], None, 1), (rows[:3, 8:], None, 0), (rows[:3, 1:481], None, 1), (rows[:, 8:], bias, 1))
     for x, b, new in cases:
-        before = len(cache)
+        before = len(qw.plans)
         first = wq.matmul(x, qw, b)
-        assert len(cache) == before + new, (x.data_ptr() % 16, tuple(x.shape))
-        assert torch.equal(wq.matmul(x, qw, b), first) and len(cache) == before + new
+        assert len(qw.plans) == before + new, (x.data_ptr() % 16, tuple(x.shape))
+        plan = qw.plans[plans.plan_key(x, b, None, None)]
+        assert plan.main.compiled is not None  # the next call skips Triton's binding
+        assert torch.equal(wq.matmul(x, qw, b), first) and len(qw.plans) == before + new
         _check_matmul(x, qw, b, first, f"cached launch {tuple(x.shape)} at {x.data_ptr() % 16}")
 
 
@@ -388,7 +388,7 @@ def test_splitk_counters_are_reused(device):
                 first[(m, n, k)] = out
             else:
                 assert torch.equal(out, first[(m, n, k)])
-            for _, counters in launcher._WORKSPACES.values():
+            for _, counters in plans._WORKSPACES.values():
                 assert int(counters.abs().sum()) == 0
 
 

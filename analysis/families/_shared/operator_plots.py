@@ -43,6 +43,22 @@ def line_styles(order: list[str], first: int) -> dict[str, dict]:
     }
 
 
+CANDIDATE_LOOKS = ({"linestyle": "--", "marker": "x"}, {"linestyle": "-.", "marker": "+"})
+
+
+def with_candidates(styles: dict[str, dict], candidates: dict[str, tuple[str, ...]]) -> dict[str, dict]:
+    """``styles`` and, after them, the looks of candidate implementations (``candidates``: an implementation of
+    ``styles`` → its candidates): each in its implementation's colour, thin, dashed (the first candidate) or
+    dash-dotted (the second), so that a candidate path reads as a variant of the kernel it may replace."""
+    out = dict(styles)
+    for impl, names in candidates.items():
+        if len(names) > len(CANDIDATE_LOOKS):
+            raise ValueError(f"{impl}: {len(names)} candidates, looks for {len(CANDIDATE_LOOKS)}")
+        for name, look in zip(names, CANDIDATE_LOOKS, strict=False):
+            out[name] = {"color": styles[impl]["color"], "linewidth": 1.4, **look}
+    return out
+
+
 EAGER_GAP = 0.2  # draw the eager-cost line where it differs from the GPU-time one by more than this
 
 

@@ -15,15 +15,24 @@ import pandas as pd
 
 from analysis.core.family import Figure
 from analysis.core.plotting import NoDataError, theme
-from analysis.families._shared.operator_plots import finish, line_panels, line_styles, panel_grid, prepare, title
+from analysis.families._shared.operator_plots import (
+    finish,
+    line_panels,
+    line_styles,
+    panel_grid,
+    prepare,
+    title,
+    with_candidates,
+)
 from analysis.families.moe.plan import STAGES
 from analysis.families.moe.tables import moe_stage_split
 
 MOE_ORDER = ["ours-moe", "grouped-mm-moe", "loop-moe", "gather-moe", "dense-ffn"]
 GROUPED_ORDER = ["ours-grouped", "torch-grouped-mm", "loop-grouped"]
-# colours of the operator table's palette after W4A16's five: the whole layer's, then the grouped GEMM's
-MOE_STYLES = line_styles(MOE_ORDER, first=5)
-GROUPED_STYLES = line_styles(GROUPED_ORDER, first=10)
+# colours of the operator table's palette after W4A16's five: the whole layer's, then the grouped GEMM's; the
+# candidate persistent grouped GEMM (path="persistent") dashed, in the colour of the kernel it may replace
+MOE_STYLES = with_candidates(line_styles(MOE_ORDER, first=5), {"ours-moe": ("ours-moe-persistent",)})
+GROUPED_STYLES = with_candidates(line_styles(GROUPED_ORDER, first=10), {"ours-grouped": ("ours-grouped-persistent",)})
 STAGE_COLOURS = dict(zip(STAGES, ("#8c564b", "#1f77b4", "#d62728", "#2ca02c"), strict=True))
 
 
@@ -107,7 +116,7 @@ def _lines_vs_tokens(
 def moe_layer(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """The whole MoE layer's time against tokens, every implementation."""
     d = prepare(df, "moe")
-    d = d[(d["op"] == "moe-layer") & (d["stage"] == "total") & d["impl"].isin(MOE_ORDER)]
+    d = d[(d["op"] == "moe-layer") & (d["stage"] == "total") & d["impl"].isin(MOE_STYLES)]
     if d.empty:
         raise NoDataError("no ok timed rows of the whole MoE layer")
     return _lines_vs_tokens(
@@ -118,7 +127,7 @@ def moe_layer(df: pd.DataFrame, out_png) -> pd.DataFrame:
 def moe_grouped_gemm(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """TFLOP/s of the grouped GEMM alone (the gate projection on the dispatched rows)."""
     d = prepare(df, "moe")
-    d = d[(d["op"] == "grouped-gemm") & d["impl"].isin(GROUPED_ORDER)].dropna(subset=["tflops"])
+    d = d[(d["op"] == "grouped-gemm") & d["impl"].isin(GROUPED_STYLES)].dropna(subset=["tflops"])
     if d.empty:
         raise NoDataError("no ok timed grouped-GEMM rows")
     what = "grouped GEMM (gate projection)"

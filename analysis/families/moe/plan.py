@@ -6,10 +6,11 @@ operator table ``ops.csv``, whose layout and nominal rates it shares with the W4
 are named here (``SHAPES``: experts, top_k, hidden, expert FFN width) and the config lists names.
 
 Implementations (``IMPLS``, with the op each measures): the whole layer (``moe-layer``): ``ours-moe``
-(``kernels.moe.moe_ffn``, its stages also timed one by one), ``loop-moe`` (a PyTorch loop over experts),
-``gather-moe`` (per-token gathering of expert weights), ``grouped-mm-moe`` (our routing around
-``torch._grouped_mm``), ``dense-ffn`` (a dense SwiGLU FFN of equal active FLOPs); the grouped GEMM alone
-(``grouped-gemm``): ``ours-grouped``, ``torch-grouped-mm``, ``loop-grouped``.
+(``kernels.moe.moe_ffn``, its stages also timed one by one), ``ours-moe-persistent`` (the same layer on the
+persistent grouped GEMM, a candidate), ``loop-moe`` (a PyTorch loop over experts), ``gather-moe`` (per-token
+gathering of expert weights), ``grouped-mm-moe`` (our routing around ``torch._grouped_mm``), ``dense-ffn`` (a
+dense SwiGLU FFN of equal active FLOPs); the grouped GEMM alone (``grouped-gemm``): ``ours-grouped``,
+``ours-grouped-persistent`` (the candidate path), ``torch-grouped-mm``, ``loop-grouped``.
 
 ``estimate_seconds`` is a planning aid like W4A16's (``analysis.families.ops.plan``), with a per-expert
 host cost for the PyTorch loops.
@@ -34,11 +35,13 @@ SHAPES = {
 # MoE implementations and the op each measures.
 IMPLS = {
     "ours-moe": "moe-layer",  # kernels.moe.moe_ffn, and its stages timed one by one
+    "ours-moe-persistent": "moe-layer",  # moe_ffn(..., path="persistent"): the candidate grouped GEMM
     "loop-moe": "moe-layer",  # PyTorch loop over experts (kernels.moe.reference)
     "gather-moe": "moe-layer",  # per-token gathering of expert weights, batched products
     "grouped-mm-moe": "moe-layer",  # our routing/dispatch/combine around torch._grouped_mm
     "dense-ffn": "moe-layer",  # a dense SwiGLU FFN of equal active FLOPs (width top_k · ffn)
     "ours-grouped": "grouped-gemm",  # kernels.moe.grouped_gemm on the dispatched rows (gate projection)
+    "ours-grouped-persistent": "grouped-gemm",  # grouped_gemm(..., path="persistent") on the same rows
     "torch-grouped-mm": "grouped-gemm",  # torch._grouped_mm on the same rows
     "loop-grouped": "grouped-gemm",  # one matmul per expert
 }
@@ -130,7 +133,7 @@ def shards(config: dict) -> dict[str, dict]:
 
 SHAPE_S = 2.0  # the expert weights drawn
 LOOP_S = 200e-6  # per expert and call of the PyTorch loops (a host synchronisation each)
-COMPILE_S = {"ours-moe": 6.0, "ours-grouped": 2.0}
+COMPILE_S = {"ours-moe": 6.0, "ours-moe-persistent": 6.0, "ours-grouped": 2.0, "ours-grouped-persistent": 2.5}
 
 
 def _gathered(s: MoeSpec, t: int) -> float:
@@ -148,7 +151,7 @@ def _point_s(s: MoeSpec, impl: str, t: int) -> float:
         call = _gathered(s, t) / ops.BANDWIDTH
     elif impl in ("loop-moe", "loop-grouped"):
         call = ops.call_s(layer / (3 if impl == "loop-grouped" else 1), weights) + e * LOOP_S
-    elif impl in ("ours-grouped", "torch-grouped-mm"):
+    elif impl in ("ours-grouped", "ours-grouped-persistent", "torch-grouped-mm"):
         call = ops.call_s(layer / 3, weights / 3)
     else:
         call = ops.call_s(layer, weights)

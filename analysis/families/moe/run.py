@@ -10,6 +10,7 @@ op ``moe-layer`` (the whole layer, ``[T, H] → [T, H]``):
   (rows with ``stage`` = routing: softmax + top-k; dispatch: the sort by expert and the gather of the
   token rows; gemm: the two grouped GEMMs, SwiGLU fused into the first; combine: back to token order,
   weighted sum), the time split of claim ``moe-dense-inside``;
+- ``ours-moe-persistent``: ``moe_ffn(..., path="persistent")``, the layer on the candidate grouped GEMM;
 - ``loop-moe``: the PyTorch loop over experts (``kernels.moe.reference.moe_ffn_reference``, same dtype);
 - ``gather-moe``: per-token gathering of expert weights (``w[expert_ids]``, one copy of its expert's three
   matrices per (token, choice)) and batched products: the scattered access the article describes. Its
@@ -20,8 +21,8 @@ op ``moe-layer`` (the whole layer, ``[T, H] → [T, H]``):
 - ``dense-ffn``: a dense SwiGLU FFN of width top_k·F: the same matrix-product FLOPs with no routing.
 
 op ``grouped-gemm`` (the gate projection alone on the dispatched rows, ``[T·k, H] @ w_gate[e]``):
-``ours-grouped`` (``kernels.moe.grouped_gemm``), ``torch-grouped-mm``, ``loop-grouped`` (one matmul per
-expert, ``reference.grouped_gemm_reference``).
+``ours-grouped`` (``kernels.moe.grouped_gemm``), ``ours-grouped-persistent`` (its ``path="persistent"``),
+``torch-grouped-mm``, ``loop-grouped`` (one matmul per expert, ``reference.grouped_gemm_reference``).
 
 Correctness gates speed: a layer's output at a sample of tokens (first and last ``check_rows // 2``) is
 compared with ``moe_ffn_reference`` in float64 on those tokens (a token's output depends on that token
@@ -99,10 +100,10 @@ class _Layer:
             )
 
     # --- the layer, whole -------------------------------------------------------------------------------
-    def ours(self, x, logits):
+    def ours(self, x, logits, path=None):
         from kernels.moe import moe_ffn
 
-        return moe_ffn(x, logits, self.wg, self.wu, self.wd, self.spec.top_k)
+        return moe_ffn(x, logits, self.wg, self.wu, self.wd, self.spec.top_k, path=path)
 
     def reference(self, x, logits, dtype):
         from kernels.moe import reference
@@ -276,10 +277,11 @@ def _measure(layer: _Layer, p: _Point, impl: str, base: dict, timed: bool) -> li
     layer_flops = moe_ffn_flops(t, spec.top_k, spec.hidden, spec.ffn)
     expert_bytes = models.moe_expert_weight_bytes(p.touched, spec.hidden, spec.ffn, elem)
     metrics: dict = {}
-    if impl in ("ours-grouped", "torch-grouped-mm", "loop-grouped"):
+    if MOE_IMPLS[impl] == "grouped-gemm":
         return [_measure_grouped(layer, p, impl, base, timed)]
     calls = {
         "ours-moe": lambda: layer.ours(p.x, p.logits),
+        "ours-moe-persistent": lambda: layer.ours(p.x, p.logits, "persistent"),
         "loop-moe": lambda: layer.reference(p.x, p.logits, None),  # the per-expert loop in x's dtype
         "gather-moe": lambda: layer.gather(p.x, p.logits),
         "grouped-mm-moe": lambda: layer.grouped_mm(p.x, p.logits),
@@ -363,6 +365,7 @@ def _measure_grouped(layer: _Layer, p: _Point, impl: str, base: dict, timed: boo
     off = p.plan.expert_offsets
     calls = {
         "ours-grouped": lambda: grouped_gemm(p.xs, layer.wg, off, check_offsets=False),
+        "ours-grouped-persistent": lambda: grouped_gemm(p.xs, layer.wg, off, check_offsets=False, path="persistent"),
         "torch-grouped-mm": lambda: _grouped_mm(p.xs, layer.wg, off),
         "loop-grouped": lambda: reference.grouped_gemm_reference(p.xs, layer.wg, off),
     }

@@ -1,13 +1,19 @@
-"""The MoE family's lines of a GPU's measured summary: the grouped GEMM against ``torch._grouped_mm`` and a
-loop of matmuls, and the whole layer against the per-expert loop (from the operator table)."""
+"""The MoE family's lines of a GPU's measured summary that have no target: the grouped GEMM against
+``torch._grouped_mm`` per layer shape and against a loop of matmuls, the whole layer against the per-expert
+loop, and the candidate persistent grouped GEMM judged by the default's targets (from the operator table; the
+lines with a target are the family's targets, ``claims.yaml``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from analysis.audit import Claim
+from analysis.audit.targets import EVALUATORS as RATIO
 from analysis.core.summaries import Line
 from analysis.core.tables import finished
+from analysis.families._shared.operator_claims import candidate_lines
+
+CANDIDATES = {"ours-grouped": ("ours-grouped-persistent",)}  # the grouped GEMM's candidate path
 
 
 def _speedup(rows: pd.DataFrame, ours: str, other: str) -> pd.DataFrame:
@@ -40,4 +46,4 @@ def lines(tables: dict[str, pd.DataFrame], targets: dict[str, Claim]) -> list[Li
         if len(last):
             text = ", ".join(f"{r.model} {r.speedup:.1f}×" for r in last.itertuples())
             out.append(Line(f"whole MoE layer vs the per-expert loop ({int(last['tokens'].iloc[0])} tokens)", text))
-    return out
+    return out + candidate_lines(tables, targets, CANDIDATES, RATIO)

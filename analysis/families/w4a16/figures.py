@@ -2,7 +2,8 @@
 (``analysis.families._shared.operator_plots``).
 
 - ``w4a16_speedup``: speed-up over bf16 ``F.linear`` (the line at 1) against M, one panel per layer shape:
-  large at decode sizes, where the layer streams its weights, towards or below 1 where it is compute-bound;
+  large at decode sizes, where the layer streams its weights, towards or below 1 where it is compute-bound
+  (our kernels' candidate paths dashed, in their kernel's colour);
 - ``w4a16_bandwidth``: GB/s on the weight bytes each implementation reads, against M, with the measured copy
   bandwidth of the packed weight (dashed) as the ceiling.
 
@@ -16,11 +17,13 @@ import pandas as pd
 
 from analysis.core.family import Figure
 from analysis.core.plotting import NoDataError
-from analysis.families._shared.operator_plots import line_panels, line_styles, prepare
+from analysis.families._shared.operator_plots import line_panels, line_styles, prepare, with_candidates
+from analysis.families.w4a16.plan import CANDIDATES
 from analysis.families.w4a16.tables import with_copy_gbps
 
 QUANT_ORDER = ["ours-w4a16", "ours-w8a16", "torch-int4pack", "dequant-linear", "torch-linear"]
-QUANT_STYLES = line_styles(QUANT_ORDER, first=0)  # the first colours of the operator table's palette
+# the first colours of the operator table's palette; our kernels' candidate paths as variants of them
+QUANT_STYLES = with_candidates(line_styles(QUANT_ORDER, first=0), CANDIDATES)
 
 
 def shape_label(r) -> str:
@@ -33,7 +36,7 @@ def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
     keys = ["model", "dtype", "group_size", "m"]
     base = d[d["impl"] == "torch-linear"].set_index(keys)[["ms_median", "eager_ms"]]
     base = base.rename(columns={"ms_median": "linear_ms", "eager_ms": "linear_eager_ms"})
-    d = d[d["impl"].isin(QUANT_ORDER) & (d["impl"] != "torch-linear")].join(base, on=keys).dropna(subset=["linear_ms"])
+    d = d[d["impl"].isin(QUANT_STYLES) & (d["impl"] != "torch-linear")].join(base, on=keys).dropna(subset=["linear_ms"])
     if d.empty:
         raise NoDataError("no ok quant rows with a bf16 F.linear row at the same M")
     d["speedup"] = d["linear_ms"] / d["ms_median"]
@@ -83,7 +86,7 @@ def w4a16_speedup(df: pd.DataFrame, out_png) -> pd.DataFrame:
 def w4a16_bandwidth(df: pd.DataFrame, out_png) -> pd.DataFrame:
     """GB/s on the weight bytes read against M, with the copy bandwidth of the packed weight."""
     d = prepare(df, "w4a16").dropna(subset=["gbps"])
-    lines = d[d["impl"].isin(QUANT_ORDER) & (d["impl"] != "dequant-linear")]
+    lines = d[d["impl"].isin(QUANT_STYLES) & (d["impl"] != "dequant-linear")]
     if lines.empty:
         raise NoDataError("no ok quant rows with a bandwidth")
     lines = lines.assign(copy_gbps=with_copy_gbps(lines, d), shape=[shape_label(r) for r in lines.to_dict("records")])

@@ -5,10 +5,13 @@ implementation inside: ``w4a16_<model>_<dtype>_g<group>`` (``_sym`` for the symm
 writing ``results/<gpu>/w4a16/<shard>.csv``. The layer shapes are named here (``SHAPES``) and the config lists
 names; a test keeps the config schema's list equal to these.
 
-Implementations: ``ours-w4a16`` (int4 dequantised in registers), ``ours-w8a16`` (int8 per channel),
-``torch-linear`` (the unquantised 16-bit weight, cuBLAS), ``dequant-linear`` (dequantise to memory, then
-``F.linear``: the unfused path), ``torch-int4pack`` (PyTorch's int4 kernel on the same codes), ``copy-weight``
-(a device copy of the packed int4 codes: the copy-bandwidth ceiling, once per shard).
+Implementations: ``ours-w4a16`` (int4 dequantised in registers, the default path), ``ours-w8a16`` (int8 per
+channel, the default path), their candidate paths ``ours-w4a16-tc`` / ``ours-w8a16-tc`` (the persistent
+tensor-core kernel, from M = 64 up) and ``ours-w4a16-streamk`` / ``ours-w8a16-streamk`` (stream-K decoding, up
+to M = 64; ``PATH_MS``), ``torch-linear``
+(the unquantised 16-bit weight, cuBLAS), ``dequant-linear`` (dequantise to memory, then ``F.linear``: the
+unfused path), ``torch-int4pack`` (PyTorch's int4 kernel on the same codes), ``copy-weight`` (a device copy of
+the packed int4 codes: the copy-bandwidth ceiling, once per shard).
 
 ``estimate_seconds`` is a planning aid, not a measurement (the real cost is in each shard's log), on the
 operator-like families' cost model (``analysis.families._shared.operator_plan``): a new process per shard, a
@@ -37,7 +40,36 @@ SHAPES = {
     "llama3-70b-up": (8192, 28672),
     "llama3-70b-down": (28672, 8192),
 }
-IMPLS = ("ours-w4a16", "ours-w8a16", "torch-linear", "dequant-linear", "torch-int4pack", "copy-weight")
+IMPLS = (
+    "ours-w4a16",
+    "ours-w8a16",
+    "ours-w4a16-tc",
+    "ours-w4a16-streamk",
+    "ours-w8a16-tc",
+    "ours-w8a16-streamk",
+    "torch-linear",
+    "dequant-linear",
+    "torch-int4pack",
+    "copy-weight",
+)
+# the kernels.w4a16 path each of our implementations runs (None: the default)
+PATHS = {
+    "ours-w4a16": None,
+    "ours-w8a16": None,
+    "ours-w4a16-tc": "tc",
+    "ours-w4a16-streamk": "streamk",
+    "ours-w8a16-tc": "tc",
+    "ours-w8a16-streamk": "streamk",
+}
+# the rows of x each candidate path is measured at (inclusive bounds): the persistent tensor-core kernel where
+# it may replace the default (M ≥ 64), stream-K decoding up to where the default stops splitting K (M ≤ 64);
+# both at M = 64, where the heuristic (kernels.w4a16.choose_path) would switch
+PATH_MS = {"tc": (64, None), "streamk": (None, 64)}
+# each default path's candidates, which figures draw as its variants and the summary judges by its targets
+CANDIDATES = {
+    base: tuple(impl for impl, path in PATHS.items() if path and impl.startswith(base))
+    for base in ("ours-w4a16", "ours-w8a16")
+}
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -75,10 +107,20 @@ class W4A16Spec:
         if not self.ms or min(self.ms) < 1:
             raise ValueError("ms must list row counts >= 1")
 
+    def impls_at(self, m: int) -> list[str]:
+        """The implementations measured at M = m: all but copy-weight, the candidate paths in their range
+        (``PATH_MS``)."""
+        return [i for i in self.impls if i != "copy-weight" and measured_at(i, m)]
+
     def points(self) -> int:
-        """Rows: one per (M, impl), copy-weight once (it does not depend on M)."""
-        per_m = [i for i in self.impls if i != "copy-weight"]
-        return len(self.ms) * len(per_m) + ("copy-weight" in self.impls)
+        """Rows: one per (M, impl measured at M), copy-weight once (it does not depend on M)."""
+        return sum(len(self.impls_at(m)) for m in self.ms) + ("copy-weight" in self.impls)
+
+
+def measured_at(impl: str, m: int) -> bool:
+    """Whether ``impl`` is measured at M = m: every implementation, a candidate path within its ``PATH_MS``."""
+    low, high = PATH_MS.get(PATHS.get(impl), (None, None))
+    return (low is None or m >= low) and (high is None or m <= high)
 
 
 def spec(fields: dict) -> W4A16Spec:
@@ -113,7 +155,7 @@ def shards(config: dict) -> dict[str, dict]:
 # --- cost estimate -----------------------------------------------------------------------------------
 
 SHAPE_S = 1.5  # the weight drawn, quantised, converted
-COMPILE_S = {"ours-w4a16": 3.0, "ours-w8a16": 3.0}
+COMPILE_S = {impl: 3.0 if PATHS[impl] is None else 4.0 for impl in PATHS}
 
 
 def _point_s(s: W4A16Spec, impl: str, m: int) -> float:
@@ -125,6 +167,8 @@ def _point_s(s: W4A16Spec, impl: str, m: int) -> float:
         "dequant-linear": models.unfused_dequant_bytes(n, k, int4),
         "copy-weight": 2 * int4,  # read and written
         "ours-w8a16": models.int8_weight_bytes(n, k, 2),
+        "ours-w8a16-tc": models.int8_weight_bytes(n, k, 2),
+        "ours-w8a16-streamk": models.int8_weight_bytes(n, k, 2),
         "torch-int4pack": models.int4pack_weight_bytes(n, k, s.group_size),
     }.get(impl, int4)
     call = operator_plan.call_s(flops, nbytes)
@@ -139,9 +183,8 @@ def _point_s(s: W4A16Spec, impl: str, m: int) -> float:
 def estimate_seconds(fields: dict) -> float:
     """Planned seconds of one shard on an H200 (an estimate: see the module docstring)."""
     s = spec(fields)
-    per_m = [i for i in s.impls if i != "copy-weight"]
     copy = _point_s(s, "copy-weight", 1) if "copy-weight" in s.impls else 0.0
-    return operator_plan.SHARD_S + SHAPE_S + copy + sum(_point_s(s, i, m) for m in s.ms for i in per_m)
+    return operator_plan.SHARD_S + SHAPE_S + copy + sum(_point_s(s, i, m) for m in s.ms for i in s.impls_at(m))
 
 
 def compile_keys(fields: dict) -> set[tuple]:
@@ -150,5 +193,5 @@ def compile_keys(fields: dict) -> set[tuple]:
     keys = set()
     for impl in s.impls:
         if impl in COMPILE_S:
-            keys |= {(impl, s.dtype, s.group_size, m <= 16) for m in s.ms}
+            keys |= {(impl, s.dtype, s.group_size, m <= 16) for m in s.ms if measured_at(impl, m)}
     return keys

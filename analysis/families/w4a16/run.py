@@ -4,8 +4,12 @@ A shard is one layer shape ``W [n, k]`` (out × in features), one dtype and one 
 draws W once (normal, scaled by 1/√k so that outputs are O(1)), quantises it, then for every M of
 ``spec.ms`` draws ``x [M, k]`` and measures each implementation of ``y = x Wᵀ``:
 
-- ``ours-w4a16``: ``kernels.w4a16.matmul`` (int4 dequantised in registers; split-K for M ≤ 16);
+- ``ours-w4a16``: ``kernels.w4a16.matmul`` (int4 dequantised in registers; the default path: split-K for
+  M ≤ 16);
 - ``ours-w8a16``: ``w4a16.matmul_w8`` on the int8 per-channel weight;
+- ``ours-w4a16-tc``, ``ours-w8a16-tc``, ``ours-w4a16-streamk``, ``ours-w8a16-streamk``: the same calls on a
+  candidate path (``path="tc"``: the persistent tensor-core kernel, at M ≥ 64; ``"streamk"``: stream-K
+  decoding, at M ≤ 64: ``plan.PATH_MS``), measured beside the default, which they do not replace;
 - ``torch-linear``: ``F.linear`` on the unquantised 16-bit weight (cuBLAS);
 - ``dequant-linear``: ``w4a16.dequantize`` to a 16-bit weight in memory (on a GPU one Triton kernel at
   memory speed, ``w4a16.unpack_to_memory``), then ``F.linear`` (the unfused path, both timed together);
@@ -27,6 +31,7 @@ packed codes read and written), ``gbps`` those bytes per median time; TFLOP/s co
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -38,7 +43,7 @@ from analysis.core import harness, models, points
 from analysis.core.flops import gemm_flops
 from analysis.core.provenance import row_provenance
 from analysis.families._shared.operator_rows import failed_row, make_row
-from analysis.families.w4a16.plan import W4A16Spec
+from analysis.families.w4a16.plan import PATHS, W4A16Spec
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +84,13 @@ class _Int4Pack:
         return torch._weight_int4pack_mm(x, self.wt, self.group, self.sz)
 
 
-def _config_text(m: int, spec: W4A16Spec, device) -> str:
+def _config_text(m: int, spec: W4A16Spec, device, impl: str) -> str:
     from kernels import w4a16
     from kernels._runtime import multiprocessor_count
 
     sms = multiprocessor_count(torch.device(device), 132)
-    return str(w4a16.choose_config(m, spec.n, spec.k, sm_count=sms))
+    bits = 8 if impl.startswith("ours-w8a16") else 4
+    return str(w4a16.choose_config(m, spec.n, spec.k, sm_count=sms, bits=bits, path=PATHS[impl] or "tiled"))
 
 
 def run(
@@ -118,7 +124,7 @@ def run(
         **prov,
     )
     impls = [i for i in spec.impls if i != "copy-weight"]
-    progress = harness.Progress(len(spec.ms) * len(impls) + ("copy-weight" in spec.impls), log_line)
+    progress = harness.Progress(spec.points(), log_line)
     gen = points.generator(device, spec.seed)
     rows: list[dict] = []
     try:
@@ -131,7 +137,7 @@ def run(
     except Exception as exc:  # the weights or their references do not fit: every point gets the status
         status, message = harness.classify(exc)
         for m in spec.ms:
-            for impl in impls:
+            for impl in spec.impls_at(m):
                 rows.append(make_row({**base, "m": m}, impl, status, f"weights: {message}"))
                 progress.step(f"{impl} M={m}", status)
         if "copy-weight" in spec.impls:
@@ -148,9 +154,9 @@ def run(
     scale_bytes = pw.scales.element_size()
     zero_bytes = 0 if pw.symmetric else pw.zeros.element_size()
     packed_bytes = models.int4_weight_bytes(spec.n, spec.k, spec.group_size, scale_bytes, zero_bytes)
+    int8_bytes = models.int8_weight_bytes(spec.n, spec.k, pw8.scales.element_size())
     weight_bytes = {
-        "ours-w4a16": packed_bytes,
-        "ours-w8a16": models.int8_weight_bytes(spec.n, spec.k, pw8.scales.element_size()),
+        **{impl: int8_bytes if impl.startswith("ours-w8a16") else packed_bytes for impl in PATHS},
         "torch-linear": models.dense_weight_bytes(spec.n, spec.k, w.element_size()),
         "dequant-linear": models.unfused_dequant_bytes(spec.n, spec.k, packed_bytes, w.element_size()),
         "torch-int4pack": models.int4pack_weight_bytes(spec.n, spec.k, spec.group_size),
@@ -159,6 +165,16 @@ def run(
     fns = {
         "ours-w4a16": (lambda x: w4a16.matmul(x, pw), wd64, wd16, True),
         "ours-w8a16": (lambda x: w4a16.matmul_w8(x, pw8), w8d64, w8d16, True),
+        **{
+            impl: (functools.partial(w4a16.matmul, weight=pw, path=path), wd64, wd16, True)
+            for impl, path in PATHS.items()
+            if path and impl.startswith("ours-w4a16")
+        },
+        **{
+            impl: (functools.partial(w4a16.matmul_w8, weight=pw8, path=path), w8d64, w8d16, True)
+            for impl, path in PATHS.items()
+            if path and impl.startswith("ours-w8a16")
+        },
         "torch-linear": (lambda x: F.linear(x, w), w64, w, False),
         "dequant-linear": (lambda x: F.linear(x, w4a16.dequantize(pw, dtype)), wd64, wd16, True),
     }
@@ -174,13 +190,13 @@ def run(
             exact = xs.double() @ w64.T  # the unquantised layer, for quant_err
         except Exception as exc:
             status, message = harness.classify(exc)
-            for impl in impls:
+            for impl in spec.impls_at(m):
                 rows.append(make_row(mbase, impl, status, f"inputs: {message}"))
                 progress.step(f"{impl} M={m}", status)
             harness.release_memory()
             continue
         rounds = harness.Rounds(spec.spread_rounds, rows)  # the point's repeat rounds (the harness's step 6)
-        for impl in impls:
+        for impl in spec.impls_at(m):
             if impl == "torch-int4pack" and isinstance(int4pack, str):
                 status, message = int4pack.split("; ", 1)
                 row = make_row(mbase, impl, status, message)
@@ -206,8 +222,8 @@ def _measure(spec, impl, entry, x, xs, sample, exact, base, weight_bytes, device
     dtype = points.DTYPES[spec.dtype]
     metrics: dict = {"model_bytes": weight_bytes}
     try:
-        if impl in ("ours-w4a16", "ours-w8a16"):
-            metrics["kernel_config"] = _config_text(x.shape[0], spec, device) if impl == "ours-w4a16" else ""
+        if impl in PATHS:
+            metrics["kernel_config"] = _config_text(x.shape[0], spec, device, impl)
         out = fn(x)  # first call: compiles outside any timed region
         got = out.index_select(0, sample)
         ref = xs.double() @ w_ref.T

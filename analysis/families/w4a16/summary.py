@@ -1,14 +1,19 @@
 """The W4A16 family's lines of a GPU's measured summary that have no target: the fused int4 kernel against
-PyTorch's int4 kernel, and both paths at the largest M (from the operator table; the lines with a target are
-the family's targets, ``claims.yaml``)."""
+PyTorch's int4 kernel, both paths at the largest M, and each candidate path of our kernels judged by the
+targets of the kernel it may replace (from the operator table; the lines with a target are the family's
+targets, ``claims.yaml``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from analysis.audit import Claim
+from analysis.audit.targets import EVALUATORS as RATIO
 from analysis.core.summaries import Line, span
 from analysis.core.tables import finished
+from analysis.families._shared.operator_claims import candidate_lines
+from analysis.families.w4a16.plan import CANDIDATES
+from analysis.families.w4a16.targets import EVALUATORS
 
 KEYS = ["model", "dtype", "group_size", "m"]
 
@@ -39,4 +44,4 @@ def lines(tables: dict[str, pd.DataFrame], targets: dict[str, Claim]) -> list[Li
         f"{span(deq[deq['m'] == big]['ratio'])} cuBLAS's time"
     )
     out.append(Line(f"at M = {big}", text))
-    return out
+    return out + candidate_lines(tables, targets, CANDIDATES, {**RATIO, **EVALUATORS})

@@ -118,7 +118,7 @@ def _moe_spec(**kw) -> moeplan.MoeSpec:
 def test_moe_rows_untimed(env, routing):
     spec = _moe_spec(routing=routing)
     df = OPS.frame(moerun.run(spec, env, device="cpu", log_line=lambda s: None, timed=False))
-    assert len(df) == spec.points() == 2 * (8 + 4)
+    assert len(df) == spec.points() == 2 * (10 + 4)
     stages = df[df["impl"] == "ours-moe"]
     assert sorted(stages["stage"]) == sorted(["routing", "dispatch", "gemm", "combine", "total"] * 2)
     unsupported = df[df["status"] != "ok"]
@@ -130,6 +130,9 @@ def test_moe_rows_untimed(env, routing):
     assert set(ok["op"]) == {"moe-layer", "grouped-gemm"} and (df["m"] == df["tokens"] * 2).all()
     gather = ok[ok["impl"] == "gather-moe"]
     assert (gather["kernel_config"] == "chunk=1 slots").all()  # the tiny cap forces one slot per chunk
+    # the candidate persistent grouped GEMM: the layer and the GEMM alone, a total row each (no stages)
+    persistent = ok[ok["impl"].isin(["ours-moe-persistent", "ours-grouped-persistent"])]
+    assert len(persistent) == 4 and (persistent["stage"] == "total").all()
 
 
 def test_moe_timed_stage_rows(env, fake_timing):
@@ -247,3 +250,19 @@ def test_evaluators(claim, rows, expected, tmp_path):
         assert v["note"]
     else:
         assert v["gpu"] == "h200" and v["evidence"].startswith("ops.csv")
+
+
+def test_grouped_gemm_targets_and_the_persistent_candidate(tmp_path):
+    """The targets hold ours-grouped to torch._grouped_mm at 4096 and 256 tokens (here equal times: fails);
+    the persistent candidate, 1.25× faster, gets a line saying it would meet both, without a target of its own."""
+    from analysis import registry, summary
+    from analysis.families.moe import summary as moesummary
+
+    rows = moe_rows()
+    rows += [dict(r, impl="ours-grouped-persistent", ms_median=0.08) for r in rows if r["impl"] == "ours-grouped"]
+    tables = {"ops": table(rows, tmp_path)}
+    judged = summary.targets(tables, "h200").set_index("claim_id")
+    assert judged.loc["moe-grouped-4096", "verdict"] == "fails" == judged.loc["moe-grouped-256", "verdict"]
+    assert judged.loc["moe-grouped-4096", "observed"] == "1.00×"
+    lines = [x for x in moesummary.lines(tables, registry.targets()["moe"].by_id()) if x.what.startswith("candidate")]
+    assert len(lines) == 2 and all(x.measured == "1.25×; would meet it: yes" and not x.target for x in lines)

@@ -90,10 +90,14 @@ def _quant_spec(**kw) -> w4plan.W4A16Spec:
 
 
 def test_quant_rows_untimed(env):
-    spec = _quant_spec()
+    """Every implementation at every M, the candidate paths in their ranges (stream-K up to 64, tc from 64)."""
+    spec = _quant_spec(ms=[1, 3, 64, 65])
     rows = w4run.run(spec, env, device="cpu", log_line=lambda s: None, timed=False)
     df = OPS.frame(rows)
-    assert len(df) == spec.points() == 3 * 5 + 1
+    assert len(df) == spec.points() == 4 * 5 + 3 * 2 + 2 * 2 + 1
+    for impl, ms in (("ours-w4a16-streamk", {1, 3, 64}), ("ours-w8a16-tc", {64, 65})):
+        cand = df[df["impl"] == impl]
+        assert set(cand["m"]) == ms and cand["kernel_config"].str.contains(f"path='{impl.split('-')[-1]}'").all()
     ok = df[df["status"] == "ok"]
     assert set(ok["impl"]) == set(w4plan.IMPLS) - {"torch-int4pack"}
     # PyTorch's int4 kernel is measured with bf16 on CUDA only: an honest row, not a gap
@@ -196,3 +200,84 @@ def test_evaluators(claim, rows, expected, tmp_path):
         assert v["note"]
     else:
         assert v["gpu"] == "h200" and v["evidence"].startswith("ops.csv")
+
+
+def test_candidate_paths_are_measured_in_their_ranges():
+    assert w4plan.measured_at("ours-w4a16", 1) and w4plan.measured_at("ours-w4a16", 4096)
+    assert w4plan.measured_at("ours-w4a16-streamk", 64) and not w4plan.measured_at("ours-w4a16-streamk", 65)
+    assert w4plan.measured_at("ours-w8a16-tc", 64) and not w4plan.measured_at("ours-w8a16-tc", 63)
+    assert w4plan.CANDIDATES == {
+        "ours-w4a16": ("ours-w4a16-tc", "ours-w4a16-streamk"),
+        "ours-w8a16": ("ours-w8a16-tc", "ours-w8a16-streamk"),
+    }
+    full = _quant_spec(ms=[1, 16, 64, 256])
+    assert full.impls_at(1) == [i for i in w4plan.IMPLS if "-tc" not in i and i != "copy-weight"]
+    assert "ours-w4a16-tc" in full.impls_at(64) and "ours-w4a16-streamk" in full.impls_at(64)
+
+
+def _target_rows(streamk_host_ms=0.05):
+    """quant_rows (ours 0.03 ms, F.linear 0.10 ms, scaled by 1 + M/64) with host times, tinygemm 1.2× ours'
+    time, and the candidate paths in their ranges: stream-K 0.8× ours' time, tc 0.5×."""
+    rows = quant_rows()
+    extra = []
+    for r in rows:
+        if r["impl"] != "ours-w4a16":
+            continue
+        r["host_ms"] = 0.02
+        extra.append({**r, "impl": "torch-int4pack", "ms_median": 1.2 * r["ms_median"], "host_ms": None})
+        for impl, factor, ok in (("ours-w4a16-streamk", 0.8, r["m"] <= 64), ("ours-w4a16-tc", 0.5, r["m"] >= 64)):
+            if ok:
+                t = factor * r["ms_median"]
+                extra.append({**r, "impl": impl, "ms_median": t, "gbps": r["model_bytes"] / t / 1e6})
+                extra[-1]["host_ms"] = streamk_host_ms if impl.endswith("streamk") else 0.02
+    return rows + extra
+
+
+def test_targets_judge_the_default_path(tmp_path):
+    """The targets hold ours-w4a16 to tinygemm, the copy bandwidth of the 117 MB layer, bf16 F.linear and its
+    GPU time (host ≤ GPU); W8A16's, with no int8 rows, are left out (untestable)."""
+    from analysis import summary
+
+    judged = summary.targets({"ops": table(_target_rows(), tmp_path)}, "h200").set_index("claim_id")["verdict"]
+    assert judged["w4a16-m1-vs-tinygemm"] == "holds"
+    assert judged["w4a16-copy-bandwidth"] == "holds"  # 4155 GB/s of 4000
+    assert judged["w4a16-batched-vs-bf16"] == "holds" and judged["w4a16-prefill-vs-bf16"] == "holds"
+    assert judged["w4a16-eager-host"] == "holds"  # 20 µs of host against 30 µs of GPU time at M = 1
+    assert judged["w8a16-decode-vs-bf16"] == "untestable" == judged["w8a16-prefill-vs-bf16"]
+    slow_host = [dict(r, host_ms=0.05) if r["impl"] == "ours-w4a16" else r for r in _target_rows()]
+    judged = summary.targets({"ops": table(slow_host, tmp_path)}, "h200").set_index("claim_id")
+    assert judged.loc["w4a16-eager-host", "verdict"] == "fails"
+    assert judged.loc["w4a16-eager-host", "observed"].startswith("1.64× the GPU time (host 50 µs, GPU 30 µs)")
+
+
+def test_candidate_lines_say_which_path_would_meet_which_target(tmp_path):
+    """Each candidate is judged by the targets of the kernel it may replace, where it has rows: stream-K at
+    M = 1 would beat tinygemm but not the host-time target; tc would meet the prefill target; no line has a
+    target of its own (the README's table stays the default path's)."""
+    from analysis import registry
+    from analysis.families.w4a16 import summary as w4summary
+
+    tables = {"ops": table(_target_rows(), tmp_path)}
+    lines = w4summary.lines(tables, registry.targets()["w4a16"].by_id())
+    found = {line.what: line for line in lines if line.what.startswith("candidate ")}
+    assert all(not line.target and not line.met for line in found.values())
+
+    def line(impl, start):
+        (hit,) = [v for k, v in found.items() if k.startswith(f"candidate {impl}: {start}")]
+        return hit.measured
+
+    assert line("ours-w4a16-streamk", "fused W4A16 at M = 1 vs PyTorch's int4").endswith("would meet it: yes")
+    assert line("ours-w4a16-streamk", "an eager call").endswith("would meet it: no")
+    assert line("ours-w4a16-tc", "fused W4A16 vs bf16 F.linear at M ≥ 256").endswith("would meet it: yes")
+    assert not [k for k in found if k.startswith("candidate ours-w4a16-tc: fused W4A16 at M = 1")]  # no M = 1 rows
+    assert not [k for k in found if "w8a16" in k]
+
+
+def test_figures_draw_the_candidates_as_variants(tmp_path):
+    from analysis.families.w4a16.figures import QUANT_STYLES
+
+    assert QUANT_STYLES["ours-w4a16-tc"]["color"] == QUANT_STYLES["ours-w4a16"]["color"]
+    assert QUANT_STYLES["ours-w4a16-tc"]["linestyle"] != QUANT_STYLES["ours-w4a16-streamk"]["linestyle"]
+    render("w4a16", table(_target_rows(), tmp_path), tmp_path / "fig")
+    speed = pd.read_csv(tmp_path / "fig" / "w4a16_speedup.csv")
+    assert {"ours-w4a16-tc", "ours-w4a16-streamk"} <= set(speed["impl"])
