@@ -180,6 +180,28 @@ def _decode():
     return Entry(lambda: decode.attention(q, k, v), _refill([q, k, v], 10))
 
 
+def _paged():
+    """Paged decoding with a static block table and static lengths (the graph holds their addresses). The
+    refresh writes new values into the queries, the pages, the block table and the lengths."""
+    from kernels.attention import decode
+
+    b, h, hk, page, pages = 4, 16, 2, 16, 300
+    kc, vc = _randn(pages, page, hk, 128, seed=2), _randn(pages, page, hk, 128, seed=3)
+    q = _randn(b, h, 1, 128, seed=1)
+    table = torch.randperm(pages, device="cuda")[: b * 60].reshape(b, 60).to(torch.int32)
+    lens = torch.tensor([900, 1, 513, 77], dtype=torch.int32, device="cuda")
+
+    def call():
+        return decode.paged_forward(q, kc, vc, table, lens, causal=True)
+
+    def refresh():
+        _refill([q, kc, vc], 10)()
+        table.copy_(torch.randperm(pages, device="cuda")[: b * 60].reshape(b, 60).to(torch.int32))
+        lens.copy_(torch.tensor([3, 940, 1, 512], dtype=torch.int32, device="cuda"))  # (no empty one: lse = -inf)
+
+    return Entry(call, refresh)
+
+
 def _w4a16(m: int):
     from kernels import w4a16 as wq
 
@@ -282,6 +304,7 @@ ENTRIES = {
     "fa2.attention training step (autograd inside the capture)": _fa2_training_step,
     "fa2 varlen forward + backward": _varlen,
     "decode.attention": _decode,
+    "decode.paged_forward (static block table)": _paged,
     "w4a16.matmul M=1 (split-K)": lambda: _w4a16(1),
     "w4a16.matmul M=300 (GEMM)": lambda: _w4a16(300),
     "w4a16.matmul_w8 M=1 (split-K + reduce)": lambda: _w8a16(1),

@@ -1,0 +1,180 @@
+"""Decoding on a paged K/V cache against float64 and against the contiguous path.
+
+Paged and contiguous decoding share their inner loop (only where a tile's keys are differs), so on the same
+values and the same split count they give the same bits; against float64 they are held to the tolerance
+policy. Shapes are small and odd (the interpreter runs every program in Python): page sizes below the key tile
+(a lookup per key) and at or above it (one per tile), lengths that leave the last page partly full, empty and
+one-token contexts, pages shared between requests, both cache layouts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import tolerance
+from kernels.attention import decode, reference
+
+F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _cache(num_pages, page, hk, d, dtype, layout, seed=1):
+    """A K and a V pool of random pages in ``layout``."""
+    shape = (num_pages, page, hk, d) if layout == "nhd" else (num_pages, hk, page, d)
+    return tuple(torch.randn(shape, generator=_gen(seed + i)).to(dtype) for i in range(2))
+
+
+def _table(lens, page, num_pages, seed=3, width=None):
+    """A block table of distinct random pages, enough columns for the longest request (or ``width``)."""
+    need = max(1, *(-(-n // page) for n in lens))
+    width = width or need
+    pages = torch.randperm(num_pages, generator=_gen(seed))[: len(lens) * width]
+    return pages.reshape(len(lens), width).to(torch.int32)
+
+
+def _on(device, *tensors):
+    return tuple(t.to(device) for t in tensors)
+
+
+def _check(name, out, q, kc, vc, table, lens, causal, layout="nhd"):
+    ref = reference.paged_reference_attention(q, kc, vc, table, lens, causal, layout=layout)
+    same = reference.paged_reference_attention(q, kc, vc, table, lens, causal, layout=layout, exact=False)
+    tolerance.assert_close(name, out, ref, same, q.dtype)
+
+
+CASES = [
+    # (heads, heads_kv, Nq, lengths, page, d, causal, dtype, layout)
+    pytest.param((8, 1, 1, [37, 1, 0, 64], 8, 32, False, F16, "nhd"), id="mqa8-page8-lens37,1,0,64"),
+    pytest.param((8, 2, 3, [50, 2, 17], 16, 24, True, F16, "hnd"), id="gqa4-q3-causal-page16-hnd-d24"),
+    pytest.param((4, 4, 2, [70, 33], 32, 16, True, F32, "nhd"), id="mha-q2-causal-page32-f32"),
+    pytest.param((16, 2, 16, [20, 5], 16, 16, True, F16, "nhd"), id="gqa8-q16-two-row-blocks-short-contexts"),
+    pytest.param((8, 1, 1, [300, 70], 64, 64, False, BF16, "nhd"), id="bf16", marks=pytest.mark.gpu),
+]
+
+
+@pytest.mark.parametrize("pack_gqa", [True, False], ids=["packed", "unpacked"])
+@pytest.mark.parametrize("case", CASES)
+def test_matches_float64_on_random_block_tables(case, pack_gqa, device):
+    h, hk, nq, lens, page, d, causal, dtype, layout = case
+    num_pages = 3 * sum(-(-n // page) for n in lens) + 2
+    kc, vc = _cache(num_pages, page, hk, d, dtype, layout)
+    table = _table(lens, page, num_pages)
+    q = torch.randn(len(lens), h, nq, d, generator=_gen(5)).to(dtype)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    q, kc, vc, table, lens_t = _on(device, q, kc, vc, table, lens_t)
+    out, lse = decode.paged_forward(q, kc, vc, table, lens_t, causal, layout=layout, pack_gqa=pack_gqa)
+    assert out.shape == q.shape and out.dtype == dtype and lse.shape == q.shape[:3]
+    _check(f"paged {case}", out, q, kc, vc, table, lens_t, causal, layout)
+    empty = lens_t == 0
+    assert torch.count_nonzero(out[empty]) == 0 and torch.isneginf(lse[empty]).all()
+
+
+@pytest.mark.parametrize("splits", [1, 3, 64], ids=["unsplit", "3-splits", "a-split-a-block"])
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+def test_paged_equals_contiguous_bit_for_bit(layout, splits, device):
+    """The same values in pages and gathered contiguously (with per-request lengths): the same output bits."""
+    lens = [45, 0, 1, 77]
+    page, hk, d = 8, 2, 32
+    kc, vc = _cache(40, page, hk, d, F16, layout)
+    table = _table(lens, page, 40)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    q = torch.randn(4, 4, 2, d, generator=_gen(6)).to(F16)
+    kg, vg = (reference.gather_paged(c, table, lens_t, layout) for c in (kc, vc))
+    q, kc, vc, table, lens_t, kg, vg = _on(device, q, kc, vc, table, lens_t, kg, vg)
+    paged = decode.paged_forward(q, kc, vc, table, lens_t, True, layout=layout, num_splits=splits)
+    ran = decode.last_splits()
+    contiguous = decode.forward(q, kg, vg, True, seqlens_k=lens_t, num_splits=splits)
+    assert decode.last_splits() == ran
+    for name, p, c in zip(("out", "lse"), paged, contiguous, strict=True):
+        torch.testing.assert_close(p, c, rtol=0, atol=0, equal_nan=True, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_pages_shared_between_requests(device):
+    """Prefix sharing: two requests read the same first pages, then pages of their own."""
+    page, hk, d = 16, 2, 32
+    kc, vc = _cache(8, page, hk, d, F16, "nhd")
+    table = torch.tensor([[5, 2, 7], [5, 2, 0], [5, 1, 1]], dtype=torch.int32)  # the last one repeats a page
+    lens = torch.tensor([40, 35, 48], dtype=torch.int32)
+    q = torch.randn(3, 8, 1, d, generator=_gen(7)).to(F16)
+    q, kc, vc, table, lens = _on(device, q, kc, vc, table, lens)
+    out, _ = decode.paged_forward(q, kc, vc, table, lens)
+    _check("shared pages", out, q, kc, vc, table, lens, False)
+
+
+def test_split_counts_and_max_context_len(device):
+    """Any split count gives the float64 answer; a ``max_context_len`` below a real length only moves the split
+    boundaries (the last split takes the rest)."""
+    lens = [90, 13]
+    kc, vc = _cache(30, 8, 1, 16, F32, "nhd")
+    table = _table(lens, 8, 30)
+    q = torch.randn(2, 2, 1, 16, generator=_gen(8))
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    q, kc, vc, table, lens_t = _on(device, q, kc, vc, table, lens_t)
+    for splits, bound in ((None, None), (1, None), (4, None), (None, 20)):
+        out, _ = decode.paged_forward(q, kc, vc, table, lens_t, num_splits=splits, max_context_len=bound)
+        _check(f"splits={splits} max_context_len={bound}", out, q, kc, vc, table, lens_t, False)
+
+
+def test_out_of_range_pages_are_clamped_and_flagged(device):
+    """Entries past the pool, negative ones and a length the table cannot hold: the reads stay in the cache
+    (the output is that of the clamped table), only the requests concerned are flagged, and the opt-in check
+    names request and page."""
+    page, num_pages = 8, 6
+    kc, vc = _cache(num_pages, page, 1, 16, F32, "nhd")
+    good = torch.tensor([[0, 1, 2], [3, 4, 5], [1, 2, 3], [5, 4, 3]], dtype=torch.int32)
+    bad = good.clone()
+    bad[0, 1], bad[2, 0] = 99, -4
+    lens = torch.tensor([20, 24, 9, 23], dtype=torch.int32)
+    clamped = bad.clamp(0, num_pages - 1)
+    q = torch.randn(4, 2, 1, 16, generator=_gen(16))
+    q, kc, vc, bad, clamped, lens = _on(device, q, kc, vc, bad, clamped, lens)
+    flags = decode.new_page_flags(4, device)
+    out, _ = decode.paged_forward(q, kc, vc, bad, lens, page_flags=flags, num_splits=2)
+    assert flags.tolist() == [2, 0, 1, 0]  # 1 + the logical page that was out of range
+    assert torch.equal(out, decode.paged_forward(q, kc, vc, clamped, lens, num_splits=2)[0])
+    with pytest.raises(ValueError, match=r"request 0: block_table\[0, 1\] = 99, outside the cache's pages 0…5"):
+        decode.check_page_flags(flags, bad, lens, kc)
+    with pytest.raises(ValueError, match=r"request 2: block_table\[2, 0\] = -4"):
+        decode.paged_forward(q, kc, vc, bad, lens, check_pages=True)
+    too_long = lens.clone()
+    too_long[1] = 25  # 3 pages of 8 hold 24 tokens
+    flags.zero_()
+    decode.paged_forward(q, kc, vc, clamped, too_long, page_flags=flags)
+    assert flags.tolist() == [0, 4, 0, 0]
+    with pytest.raises(ValueError, match="request 1: 25 tokens need 4 pages of 8, its block table has 3"):
+        decode.check_page_flags(flags, clamped, too_long, kc)
+    decode.paged_forward(q, kc, vc, clamped, lens, check_pages=True)  # a good table passes the check
+
+
+def test_bad_arguments_are_refused_by_name(device):
+    kc, vc = _cache(4, 8, 2, 16, F16, "nhd")
+    table = torch.zeros(2, 3, dtype=torch.int32)
+    lens = torch.tensor([3, 4], dtype=torch.int32)
+    q = torch.randn(2, 4, 1, 16).to(F16)
+    q, kc, vc, table, lens = _on(device, q, kc, vc, table, lens)
+    with pytest.raises(TypeError, match="block_table must be int32"):
+        decode.paged_forward(q, kc, vc, table.long(), lens)
+    with pytest.raises(ValueError, match=r"context_lens must be \[B\] with B = 2"):
+        decode.paged_forward(q, kc, vc, table, lens[:1])
+    with pytest.raises(ValueError, match=r"block_table must be \[B, max_pages\]"):
+        decode.paged_forward(q, kc, vc, table[0], lens)
+    with pytest.raises(ValueError, match="block_table must have at least one column"):
+        decode.paged_forward(q, kc, vc, table[:, :0], lens)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        decode.paged_forward(q, kc, vc, table, lens, layout="bhsd")
+    with pytest.raises(ValueError, match="K/V heads must divide"):
+        decode.paged_forward(q[:, :3], kc, vc, table, lens)
+    with pytest.raises(ValueError, match="1 to 16 query rows"):
+        decode.paged_forward(q.expand(2, 4, 17, 16), kc, vc, table, lens)
+    with pytest.raises(ValueError, match="k_cache and v_cache must have one shape"):
+        decode.paged_forward(q, kc, vc[:2], table, lens)
+    with pytest.raises(ValueError, match="max_context_len must be >= 0"):
+        decode.paged_forward(q, kc, vc, table, lens, max_context_len=-1)
+    with pytest.raises(ValueError, match=r"page_flags must be \[B\]"):
+        decode.paged_forward(q, kc, vc, table, lens, page_flags=torch.zeros(3, dtype=torch.int32, device=device))
+    with pytest.raises(NotImplementedError, match="inference-only"):
+        decode.paged_attention(q.clone().requires_grad_(True), kc, vc, table, lens)
