@@ -16,6 +16,7 @@ Two caches, one inner loop (``decode_kernels.decode_inner``; only where a tile's
   (``layout="nhd"``, vLLM's and FlashInfer's default) or ``[num_pages, H_kv, page_size, d]``
   (``layout="hnd"``), an int32 block table ``[B, max_pages]`` listing each request's pages in order (pages
   may be shared between requests: prefix sharing) and int32 ``context_lens [B]``, each request's keys.
+  ``append_kv`` writes new tokens' K/V into their pages.
 
 Handles: query length 1…16 (the same for every request), causal masks aligned bottom-right (the last new
 token sees every key, earlier ones one fewer each), grouped-query heads, head dims 1…256, page sizes ≥ 1
@@ -24,7 +25,7 @@ gives zeros and a logsumexp of -inf, as ``fa2`` does for a row that sees no key.
 back to the host, so a decoding step can be captured in a CUDA graph (static block table and lengths).
 
 Bad page-table entries never read or write outside the cache: an entry outside [0, num_pages) is clamped to a
-page that exists (its keys are garbage but in bounds), and the request's flag is
+page that exists (its keys are garbage but in bounds; the append writes nothing), and the request's flag is
 raised in ``page_flags`` (an int32 [B] tensor of zeros, ``new_page_flags``) when one is passed. Reading the
 flags is the caller's choice (``check_page_flags``, or ``check_pages=True``), since it waits for the GPU.
 
@@ -50,13 +51,14 @@ from kernels._runtime import (
     softmax_scale,
 )
 from kernels.attention.common import SUPPORTED_DTYPES, check_dense, check_head_dim
-from kernels.attention.decode_kernels import _decode_merge_kernel, _decode_split_kernel
+from kernels.attention.decode_kernels import _append_kernel, _decode_merge_kernel, _decode_split_kernel
 
 __all__ = [
     "attention",
     "forward",
     "paged_attention",
     "paged_forward",
+    "append_kv",
     "new_page_flags",
     "check_page_flags",
     "choose_splits",
@@ -76,6 +78,7 @@ LAYOUTS = ("nhd", "hnd")  # paged caches: [pages, page, H_kv, d] or [pages, H_kv
 # launches after the first of each kind skip Triton's per-call argument binding (kernels._runtime.LaunchCache)
 _SPLIT = LaunchCache(_decode_split_kernel)
 _MERGE = LaunchCache(_decode_merge_kernel)
+_APPEND = LaunchCache(_append_kernel)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -314,7 +317,7 @@ def _check_table(block_table, lens, lens_name: str, batch: int, page_flags) -> N
 
 
 def new_page_flags(batch: int, device) -> torch.Tensor:
-    """Zeroed int32 page flags ``[B]`` for ``paged_forward`` (one flag per request)."""
+    """Zeroed int32 page flags ``[B]`` for ``paged_forward`` and ``append_kv`` (one flag per request)."""
     return torch.zeros(check_int("batch", batch, minimum=0), dtype=torch.int32, device=device)
 
 
@@ -341,8 +344,8 @@ def paged_forward(
       page_size, d]`` (``"hnd"``), H_kv dividing H, q's dtype;
     - ``block_table``: int32 ``[B, max_pages]``, request b's keys ``[j·page_size, (j+1)·page_size)`` in page
       ``block_table[b, j]`` (entries past a request's length are not read; pages may repeat across requests);
-    - ``context_lens``: int32 ``[B]``, each request's keys, its new tokens' included (their K/V already in
-      the pages); the causal mask lets new token i see keys ``j <= i + context_lens[b] - Nq``. A length
+    - ``context_lens``: int32 ``[B]``, each request's keys, its new tokens' included (their K/V appended first,
+      ``append_kv``); the causal mask lets new token i see keys ``j <= i + context_lens[b] - Nq``. A length
       of 0 gives zeros; a negative one counts as 0 and one past ``max_pages · page_size`` as that, both
       raising the request's flag.
 
@@ -407,6 +410,70 @@ def paged_attention(
     return paged_forward(q, k_cache, v_cache, block_table, context_lens, causal, sm_scale, **options)[0]
 
 
+def append_kv(
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    cache_lens: torch.Tensor,
+    *,
+    layout: str = "nhd",
+    page_flags: torch.Tensor | None = None,
+    check_pages: bool = False,
+) -> None:
+    """Write new tokens' keys and values into a paged cache, in place.
+
+    ``k_new, v_new [B, H_kv, N_new, d]`` (the cache's dtype); token i of request b goes to position
+    ``cache_lens[b] + i`` of the request, slot ``pos % page_size`` of page ``block_table[b, pos // page_size]``
+    (a fresh page or the rest of a partly full one). ``cache_lens``: int32 ``[B]``, the tokens already cached;
+    it is not updated (the caller's lengths become ``cache_lens + N_new``). Caches and block table as
+    ``paged_forward``. A position whose page entry is outside ``[0, num_pages)``, or past the block table,
+    writes nothing and raises the request's flag in ``page_flags``; ``check_pages`` reads the flags (waits
+    for the GPU) and raises ``ValueError`` naming the request and page.
+    """
+    check_pages = check_flag("check_pages", check_pages)
+    num_pages, page, heads_kv, d = _paged_cache(k_cache, v_cache, layout)
+    for name, t in (("k_new", k_new), ("v_new", v_new)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4 or t.shape[1] != heads_kv or t.shape[3] != d:
+            raise ValueError(
+                f"{name} must be [B, H_kv={heads_kv}, N_new, d={d}] (the cache's heads and head_dim), "
+                f"got {tuple(t.shape)}"
+            )
+        if t.dtype != k_cache.dtype:
+            raise TypeError(f"{name} must have the cache's dtype {k_cache.dtype}, got {t.dtype}")
+    if k_new.shape != v_new.shape:
+        raise ValueError(f"k_new and v_new must have the same shape, got {tuple(k_new.shape)} and {tuple(v_new.shape)}")
+    b, _, n_new, _ = k_new.shape
+    _check_table(block_table, cache_lens, "cache_lens", b, page_flags)
+    tensors = (k_new, v_new, k_cache, v_cache, block_table, cache_lens) + (
+        (page_flags,) if page_flags is not None else ()
+    )
+    check_device(*tensors, names=("k_new", "v_new", "k_cache", "v_cache", "block_table", "cache_lens", "page_flags"))
+    if check_pages and page_flags is None:
+        page_flags = new_page_flags(b, k_new.device)
+    if b * n_new:
+        strides = (*k_new.stride(), *v_new.stride())
+        strides += _paged_strides(k_cache, layout)[1:] + _paged_strides(v_cache, layout)[1:]
+        strides += (cache_lens.stride(0), *block_table.stride())
+        constexprs = dict(
+            HEAD_DIM=d,
+            BLOCK_H=triton.next_power_of_2(heads_kv),
+            BLOCK_D=triton.next_power_of_2(d),
+            PAGE=page,
+            HAS_FLAGS=page_flags is not None,
+        )
+        args = (k_new, v_new, k_cache, v_cache, cache_lens, block_table, page_flags, *strides)
+        with device_guard(k_new):
+            _APPEND.launch(
+                (b * n_new, 1, 1), args + (heads_kv, n_new, block_table.shape[1], num_pages), constexprs, 4, 1
+            )
+    if check_pages:
+        check_page_flags(page_flags, block_table, cache_lens + n_new, k_cache, layout=layout, appended=n_new)
+
+
 def check_page_flags(
     page_flags: torch.Tensor,
     block_table: torch.Tensor,
@@ -414,10 +481,12 @@ def check_page_flags(
     k_cache: torch.Tensor,
     *,
     layout: str = "nhd",
+    appended: int = 0,
 ) -> None:
     """Read the page flags (this waits for the GPU) and raise ``ValueError`` naming every flagged request with
     what was wrong: a negative length, a length its block table cannot hold, or the table entry (request, logical
-    page, value) outside the cache's pages (``context_lens``: the lengths of the call)."""
+    page, value) outside the cache's pages. ``context_lens``: each request's keys after the call (for
+    ``append_kv``: ``cache_lens + N_new``, with ``appended=N_new``, the positions it wrote)."""
     num_pages, page, _, _ = _paged_cache(k_cache, k_cache, layout, names=("k_cache", "k_cache"))
     flags = page_flags.tolist()
     flagged = [b for b, f in enumerate(flags) if f]
@@ -425,7 +494,9 @@ def check_page_flags(
         return
     table = block_table.cpu()
     lens = context_lens.tolist()
-    problems = [_page_problem(b, 0, lens[b], table, num_pages, page) for b in flagged]
+    problems = [
+        _page_problem(b, lens[b] - appended if appended else 0, lens[b], table, num_pages, page) for b in flagged
+    ]
     more = f"; and {len(problems) - 8} more requests" if len(problems) > 8 else ""
     raise ValueError(
         "page table out of range (the kernel clamped those reads to a page that exists and wrote nothing "

@@ -9,6 +9,8 @@
   block of packed rows); its tile stacks the query rows of every head of the group, so each K/V byte it
   reads serves all of them.
 - ``_decode_merge_kernel``: the splits' partial outputs merged by their logsumexps.
+- ``_append_kernel``: new tokens' K/V written into their pages (a page entry outside the cache: nothing is
+  written, the flag is raised).
 
 The flag of request b holds 1 + the largest logical page (its index in the request's block table) that was
 out of range, or 1 + the table's length when the request's length needs more pages than the table has; 0 when
@@ -312,3 +314,68 @@ def _decode_merge_kernel(
     o = tl.sum(o_s * w[:, None], 0) / total_safe
     tl.store(Out + row * HEAD_DIM + offs_d, o.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
     tl.store(LSE + row, tl.where(total > 0.0, m_safe + tl.log(total_safe), float("-inf")))
+
+
+@triton.jit
+def _append_kernel(
+    K_NEW,  # (B, H_kv, N_new, d)
+    V_NEW,  # (B, H_kv, N_new, d)
+    K,  # (num_pages, page, H_kv, d) or (num_pages, H_kv, page, d)
+    V,
+    CACHE_LENS,  # (B,) int32: tokens already in each request's pages
+    BT,  # (B, table_len) int32
+    FLAGS,  # (B,) int32 (HAS_FLAGS)
+    stride_knb,
+    stride_knh,
+    stride_knn,
+    stride_knd,
+    stride_vnb,
+    stride_vnh,
+    stride_vnn,
+    stride_vnd,
+    stride_kp,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vp,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_lens,
+    stride_btb,
+    stride_btp,
+    heads_kv,
+    n_new,
+    table_len,
+    num_pages,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PAGE: tl.constexpr,
+    HAS_FLAGS: tl.constexpr,
+):
+    """One program per (request, new token): its K and V rows of every K/V head into the token's slot, the
+    page looked up in the request's block table. A page entry outside the cache (or a position past the
+    table) writes nothing, so no other request's page is overwritten."""
+    pid = tl.program_id(0)
+    off_b = pid // n_new
+    tok = pid % n_new
+    pos = tl.load(CACHE_LENS + off_b * stride_lens) + tok
+    lp = pos // PAGE
+    in_table = (pos >= 0) & (lp < table_len)
+    page = tl.load(BT + off_b * stride_btb + lp * stride_btp, mask=in_table, other=-1)
+    good = in_table & (page >= 0) & (page < num_pages)
+    if HAS_FLAGS:
+        tl.atomic_max(FLAGS + off_b, tl.maximum(lp, 0) + 1, mask=~good)
+    page64 = tl.where(good, page, 0).to(tl.int64)
+    slot = (pos % PAGE).to(tl.int64)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_h[:, None] < heads_kv) & (offs_d[None, :] < HEAD_DIM)
+    b64 = off_b.to(tl.int64)
+    src_k = K_NEW + b64 * stride_knb + offs_h[:, None] * stride_knh + tok * stride_knn + offs_d[None, :] * stride_knd
+    src_v = V_NEW + b64 * stride_vnb + offs_h[:, None] * stride_vnh + tok * stride_vnn + offs_d[None, :] * stride_vnd
+    dst_k = K + page64 * stride_kp + slot * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :] * stride_kd
+    dst_v = V + page64 * stride_vp + slot * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :] * stride_vd
+    tl.store(dst_k, tl.load(src_k, mask=mask), mask=mask & good)
+    tl.store(dst_v, tl.load(src_v, mask=mask), mask=mask & good)

@@ -1,4 +1,4 @@
-"""Decoding on a paged K/V cache against float64 and against the contiguous path.
+"""Decoding on a paged K/V cache, and the append kernel, against float64 and against the contiguous path.
 
 Paged and contiguous decoding share their inner loop (only where a tile's keys are differs), so on the same
 values and the same split count they give the same bits; against float64 they are held to the tolerance
@@ -119,6 +119,41 @@ def test_split_counts_and_max_context_len(device):
         _check(f"splits={splits} max_context_len={bound}", out, q, kc, vc, table, lens_t, False)
 
 
+def test_append_into_a_fresh_page_and_a_partly_full_one(device):
+    """Request 0 has 13 tokens in pages of 8 (its second page partly full): 5 new tokens fill it and open a
+    fresh page. Request 1 starts empty. Every other slot of the pool keeps its bits, and decoding the
+    appended cache matches float64 on it."""
+    page, hk, d, n_new = 8, 2, 16, 5
+    kc, vc = _cache(10, page, hk, d, F16, "nhd")
+    table = torch.tensor([[4, 1, 7], [9, 2, 3]], dtype=torch.int32)
+    cache_lens = torch.tensor([13, 0], dtype=torch.int32)
+    k_new, v_new = (torch.randn(2, hk, n_new, d, generator=_gen(11 + i)).to(F16) for i in range(2))
+    expect_k, expect_v = kc.clone(), vc.clone()
+    for b in range(2):
+        for i in range(n_new):
+            pos = int(cache_lens[b]) + i
+            expect_k[table[b, pos // page], pos % page] = k_new[b, :, i]
+            expect_v[table[b, pos // page], pos % page] = v_new[b, :, i]
+    kc, vc, table, cache_lens, k_new, v_new = _on(device, kc, vc, table, cache_lens, k_new, v_new)
+    decode.append_kv(k_new, v_new, kc, vc, table, cache_lens)
+    assert torch.equal(kc.cpu(), expect_k) and torch.equal(vc.cpu(), expect_v)
+    q = torch.randn(2, 4, n_new, d, generator=_gen(13)).to(F16).to(device)
+    lens = cache_lens + n_new
+    out, _ = decode.paged_forward(q, kc, vc, table, lens, causal=True)
+    _check("after append", out, q, kc, vc, table, lens, True)
+
+
+def test_append_head_major_layout(device):
+    kc, vc = _cache(4, 4, 3, 8, F32, "hnd")
+    table = torch.tensor([[2, 0]], dtype=torch.int32)
+    k_new, v_new = torch.randn(1, 3, 2, 8, generator=_gen(14)), torch.randn(1, 3, 2, 8, generator=_gen(15))
+    expect = kc.clone()
+    expect[2, :, 3], expect[0, :, 0] = k_new[0, :, 0], k_new[0, :, 1]
+    kc, vc, table, k_new, v_new = _on(device, kc, vc, table, k_new, v_new)
+    decode.append_kv(k_new, v_new, kc, vc, table, torch.tensor([3], dtype=torch.int32, device=device), layout="hnd")
+    assert torch.equal(kc.cpu(), expect)
+
+
 def test_out_of_range_pages_are_clamped_and_flagged(device):
     """Entries past the pool, negative ones and a length the table cannot hold: the reads stay in the cache
     (the output is that of the clamped table), only the requests concerned are flagged, and the opt-in check
@@ -150,6 +185,23 @@ def test_out_of_range_pages_are_clamped_and_flagged(device):
     decode.paged_forward(q, kc, vc, clamped, lens, check_pages=True)  # a good table passes the check
 
 
+def test_append_to_a_bad_page_writes_nothing(device):
+    kc, vc = _cache(3, 4, 1, 8, F32, "nhd")
+    table = torch.tensor([[0, 7], [1, 2]], dtype=torch.int32)  # request 0's second page is not in the pool
+    cache_lens = torch.tensor([2, 1], dtype=torch.int32)
+    k_new, v_new = torch.randn(2, 1, 3, 8, generator=_gen(17)), torch.randn(2, 1, 3, 8, generator=_gen(18))
+    expect = kc.clone()
+    expect[0, 2:, 0] = k_new[0, 0, :2]  # request 0's positions 2, 3; position 4 is in page 7: not written
+    expect[1, 1:, 0] = k_new[1, 0]  # request 1's positions 1, 2, 3; page 2 untouched
+    kc, vc, table, cache_lens, k_new, v_new = _on(device, kc, vc, table, cache_lens, k_new, v_new)
+    flags = decode.new_page_flags(2, device)
+    decode.append_kv(k_new, v_new, kc, vc, table, cache_lens, page_flags=flags)
+    assert flags.tolist() == [2, 0]
+    assert torch.equal(kc.cpu(), expect)
+    with pytest.raises(ValueError, match=r"request 0: block_table\[0, 1\] = 7"):
+        decode.append_kv(k_new, v_new, kc, vc, table, cache_lens, check_pages=True)
+
+
 def test_bad_arguments_are_refused_by_name(device):
     kc, vc = _cache(4, 8, 2, 16, F16, "nhd")
     table = torch.zeros(2, 3, dtype=torch.int32)
@@ -176,5 +228,9 @@ def test_bad_arguments_are_refused_by_name(device):
         decode.paged_forward(q, kc, vc, table, lens, max_context_len=-1)
     with pytest.raises(ValueError, match=r"page_flags must be \[B\]"):
         decode.paged_forward(q, kc, vc, table, lens, page_flags=torch.zeros(3, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match=r"k_new must be \[B, H_kv=2, N_new, d=16\]"):
+        decode.append_kv(q, q, kc, vc, table, lens)
+    with pytest.raises(TypeError, match="cache_lens must be int32"):
+        decode.append_kv(kc[:2, :1].transpose(1, 2), kc[:2, :1].transpose(1, 2), kc, vc, table, lens.float())
     with pytest.raises(NotImplementedError, match="inference-only"):
         decode.paged_attention(q.clone().requires_grad_(True), kc, vc, table, lens)

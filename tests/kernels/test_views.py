@@ -179,6 +179,29 @@ def _paged_case() -> Case:
     return Case("decode.paged_forward", args, lambda device: (call, _paged_tensors(device)))
 
 
+def _append_case() -> Case:
+    """The caches are written in place: each call first refills them, through their layout, with the same
+    values; the output is the written caches."""
+
+    def build(device):
+        t = _paged_tensors(device)
+        new = _on(device, {"k_new": _randn(3, 2, 3, 16, seed=4), "v_new": _randn(3, 2, 3, 16, seed=5)})
+        pristine = t["k_cache"].clone(), t["v_cache"].clone()
+
+        def call(k_new, v_new, k_cache, v_cache, block_table, cache_lens):
+            k_cache.copy_(pristine[0])
+            v_cache.copy_(pristine[1])
+            decode.append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_lens)
+            return k_cache.clone(), v_cache.clone()
+
+        caches = {"k_cache": t["k_cache"], "v_cache": t["v_cache"]}
+        return call, {**new, **caches, "block_table": t["block_table"], "cache_lens": t["context_lens"]}
+
+    written = "an expanded cache cannot be written (its pages alias one another)"
+    args = ("k_new", "v_new", "k_cache", "v_cache", "block_table", "cache_lens")
+    return Case("decode.append_kv", args, build, {(c, "stride0"): written for c in ("k_cache", "v_cache")})
+
+
 def _fp8_quantized_case() -> Case:
     def build(device):
         t = _dense_qkv(device, b=2, hk=2, nq=40, nk=36, d=32)  # two of everything: every scale has a layout
@@ -344,6 +367,7 @@ def _cases() -> list[Case]:
             d=16,
         ),
         _paged_case(),
+        _append_case(),
         _dense("fp8.attention", lambda q, k, v: fp8.attention(q, k, v, causal=True), hk=1, nq=20, nk=36, d=32),
         _fp8_quantized_case(),
         _w4_case(3, F16),
