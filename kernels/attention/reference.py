@@ -222,19 +222,20 @@ def gather_paged(
 ) -> torch.Tensor:
     """Request b's first ``context_lens[b]`` keys (or values) of a paged ``cache`` (``[pages, page, H_kv, d]``
     for ``layout="nhd"``, ``[pages, H_kv, page, d]`` for ``"hnd"``), gathered through ``block_table [B, P]``
-    into a contiguous ``[B, H_kv, length, d]`` tensor, zeros past each length (``length``: the longest; reading
-    it waits for the device). Table entries outside the cache are clamped, as the kernels clamp them."""
+    into a contiguous ``[B, H_kv, length, d]`` tensor by one indexed copy, zeros past each length (``length``:
+    the longest; reading it waits for the device). Table entries outside the cache are clamped, as the kernels
+    clamp them."""
     page = cache.shape[1] if layout == "nhd" else cache.shape[2]
+    heads = torch.arange(cache.shape[2] if layout == "nhd" else cache.shape[1], device=cache.device)
     lens = context_lens.to(torch.long).clamp(min=0, max=block_table.shape[1] * page)
     if length is None:
         length = int(lens.max().item()) if lens.numel() else 0
     pos = torch.arange(length, device=cache.device)
     logical = (pos // page).clamp(max=block_table.shape[1] - 1)
-    pages = block_table.to(torch.long)[:, logical].clamp(0, cache.shape[0] - 1)  # [B, length]
-    slots = (pos % page).expand_as(pages)
-    rows = cache[pages, slots] if layout == "nhd" else cache[pages, :, slots]  # [B, length, H_kv, d]
-    rows = rows * (pos[None, :] < lens[:, None])[:, :, None, None].to(rows.dtype)
-    return rows.permute(0, 2, 1, 3).contiguous()
+    pages = block_table.to(torch.long)[:, logical].clamp(0, cache.shape[0] - 1)[:, None, :]  # [B, 1, length]
+    slots, heads = (pos % page)[None, None, :], heads[None, :, None]
+    out = cache[pages, slots, heads] if layout == "nhd" else cache[pages, heads, slots]  # [B, H_kv, length, d]
+    return out.masked_fill_((pos[None, :] >= lens[:, None])[:, None, :, None], 0)
 
 
 def paged_reference_attention(
