@@ -21,15 +21,17 @@ Two caches, one inner loop (``decode_kernels.decode_inner``; only where a tile's
 Handles: query length 1…16 (the same for every request), causal masks aligned bottom-right (the last new
 token sees every key, earlier ones one fewer each), grouped-query heads, head dims 1…256, page sizes ≥ 1
 (16–256 in serving), float16 and bfloat16 on a GPU, exact float32, any strides. An empty context (length 0)
-gives zeros and a logsumexp of -inf, as ``fa2`` does for a row that sees no key. Nothing here reads a value
-back to the host, so a decoding step can be captured in a CUDA graph (static block table and lengths).
+gives zeros and a logsumexp of -inf, as ``fa2`` does for a row that sees no key. No call reads a value back to
+the host unless asked to check its pages, so a decoding step can be captured in a CUDA graph (static block table
+and lengths). Not handled: a different query length per request, sliding windows, ALiBi, soft-capping, FP8 K/V.
 
 Bad page-table entries never read or write outside the cache: an entry outside [0, num_pages) is clamped to a
 page that exists (its keys are garbage but in bounds; the append writes nothing), and the request's flag is
 raised in ``page_flags`` (an int32 [B] tensor of zeros, ``new_page_flags``) when one is passed. Reading the
 flags is the caller's choice (``check_page_flags``, or ``check_pages=True``), since it waits for the GPU.
 
-Tested in the interpreter (tests/kernels/test_decode.py, test_paged_decode.py); bf16 and CUDA graphs GPU-marked.
+Tested in the interpreter (tests/kernels/test_decode.py, test_paged_decode.py) and compiled for sm_90 on the CPU;
+bf16 and the CUDA-graph capture are GPU-marked, and the paged path has not run on a GPU yet.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Split-KV decoding attention against float64 on decoding shapes, for every split count."""
+"""Split-KV decoding on contiguous caches against float64 on decoding shapes: every split count, grouped-query
+heads packed into one tile and not, per-request key lengths."""
 
 from __future__ import annotations
 
