@@ -25,6 +25,13 @@ def attention_flops(
     return fwd * MODES[mode]
 
 
+def decode_batch_flops(context_lens, heads: int, seqlen_q: int, head_dim: int) -> float:
+    """FLOPs of one decoding step of a batch of requests with ``context_lens`` keys each: Σ over requests of the
+    forward's 4·H·Nq·L·d (every new token against every key: with Nq ≤ 16 new tokens against thousands of
+    keys the causal mask hides at most Nq − 1 keys of a row, so it is not discounted)."""
+    return 4.0 * heads * seqlen_q * head_dim * sum(max(0, int(n)) for n in context_lens)
+
+
 def tflops(flops: float, ms: float) -> float:
     """Throughput in TFLOP/s of ``flops`` done in ``ms`` milliseconds."""
     return flops / (ms * 1e-3) / 1e12

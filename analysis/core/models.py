@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import math
 
-from analysis.core.flops import BACKWARD_FACTOR, attention_flops
+from analysis.core.flops import BACKWARD_FACTOR, attention_flops, decode_batch_flops
 
 __all__ = [
     "attention_flops",
+    "decode_batch_flops",
     "backward_flops",
     "recompute_extra_flops",
     "causal_block_fraction",
@@ -35,6 +36,8 @@ __all__ = [
     "fa2_forward_bytes",
     "minimum_attention_bytes",
     "attention_io_bytes",
+    "decode_batch_bytes",
+    "decode_gather_bytes",
     "arithmetic_intensity",
     "ridge_point",
     "score_matrix_bytes",
@@ -141,6 +144,37 @@ def attention_io_bytes(
     Grouped-query K/V (``heads_kv`` < ``heads``) are read once per K/V head. For decoding (seqlen_q of
     1…16 against a long K/V cache) this is almost all K and V: the bytes that bound its speed."""
     return float(elem_bytes * batch * d * (2 * heads * seqlen_q + 2 * heads_kv * seqlen_k))
+
+
+def decode_batch_bytes(
+    context_lens,
+    heads: int,
+    heads_kv: int,
+    seqlen_q: int,
+    d: int,
+    elem_bytes: int = 2,
+    page_size: int | None = None,
+    index_bytes: int = 4,
+) -> float:
+    """Compulsory bytes of one decoding step of a batch of requests with ``context_lens`` keys each: every
+    request's Q (``seqlen_q`` new tokens × ``heads``) read and O written once, its K and V read once per K/V
+    head (the query heads sharing a K/V head read it together), and, for a paged cache (``page_size``), the
+    block-table entries of its pages (``index_bytes`` each). A request of length 0 still reads Q and writes
+    O. With one request this is ``attention_io_bytes`` (plus the table)."""
+    lens = [max(0, int(n)) for n in context_lens]
+    qo = 2.0 * len(lens) * heads * seqlen_q * d * elem_bytes
+    kv = 2.0 * heads_kv * d * elem_bytes * sum(lens)
+    table = float(index_bytes * sum(-(-n // page_size) for n in lens)) if page_size else 0.0
+    return qo + kv + table
+
+
+def decode_gather_bytes(context_lens, heads_kv: int, d: int, elem_bytes: int = 2, length: int | None = None) -> float:
+    """Bytes of gathering a paged K/V cache into a contiguous copy padded to ``length`` keys per request
+    (default: the longest): every cached K and V row read once, the padded copy written once."""
+    lens = [max(0, int(n)) for n in context_lens]
+    length = max(lens, default=0) if length is None else length
+    row = 2.0 * heads_kv * d * elem_bytes  # one key's K and V
+    return row * (sum(lens) + len(lens) * length)
 
 
 def fa1_block_sizes(m_elements: int, d: int) -> tuple[int, int]:

@@ -3,8 +3,9 @@
 Checks (host): ``check_tensors`` and ``check_shapes`` (fa2, fa3, fp8), ``check_dense`` (fa2, fa1, decode),
 ``check_grad_shapes`` (the backward passes of fa2 and fa1), ``check_head_dim`` (fa2's launch configurations).
 Tiles (``@triton.jit``): ``key_tile_bounds``, ``load_kv_tile`` and ``mask_scores`` (the FA-2 kernels and FP8's
-Triton kernel), ``attn_fwd_inner``, the online softmax over a range of K/V tiles (the FA-2 forward and the
-split-KV decoding kernel). What one op alone uses stays in its own modules.
+Triton kernel, decoding); ``tile_scores``, ``softmax_step`` and ``accumulate_pv``, one K/V tile of the online
+softmax (the FA-2 forward's loop ``attn_fwd_inner`` and decoding's, ``decode_kernels.decode_inner``, which
+walks a paged or a contiguous cache). What one op alone uses stays in its own modules.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ __all__ = [
     "load_kv_tile",
     "mask_scores",
     "key_tile_bounds",
+    "tile_scores",
+    "softmax_step",
+    "accumulate_pv",
     "attn_fwd_inner",
 ]
 
@@ -177,6 +181,53 @@ def key_tile_bounds(
 
 
 @triton.jit
+def tile_scores(q, k, IS_FP32: tl.constexpr):
+    """S = Q Kᵀ of one tile, fp32 (the scale is applied with the softmax's exponent)."""
+    if IS_FP32:
+        # the fp32 mode exists to be exact; Triton's default for an fp32 dot is TF32
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        qk = tl.dot(q, tl.trans(k))
+    return qk
+
+
+@triton.jit
+def softmax_step(acc, l_i, m_i, qk, qk_scale, MASKED: tl.constexpr, EAGER_RESCALE: tl.constexpr):
+    """One tile of scores into the online softmax: ``(p, acc, l_new, m_new)``, P̃ = exp2(S·scale − m_new) and
+    the output so far rescaled to the new row max (lazy: by e^{m_old − m_new}; eager: un-normalised with the
+    old ℓ as well, ``attn_fwd_inner`` says why)."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    if MASKED:
+        # a row that has seen no visible key still has m = -inf; exp2(-inf - -inf) would be NaN
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_new = l_i * alpha + tl.sum(p, 1)
+    if EAGER_RESCALE:
+        acc = acc * (l_i * alpha)[:, None]  # un-normalise with the old ℓ (and the new max)
+    else:
+        acc = acc * alpha[:, None]
+    return p, acc, l_new, m_new
+
+
+@triton.jit
+def accumulate_pv(acc, p, v, l_new, MASKED: tl.constexpr, IS_FP32: tl.constexpr, EAGER_RESCALE: tl.constexpr):
+    """acc += P̃ V (P̃ cast to V's dtype for the tensor cores); eager rescaling then divides by the new ℓ."""
+    if IS_FP32:
+        acc = tl.dot(p, v, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    if EAGER_RESCALE:
+        if MASKED:  # a row that has seen no visible key yet has ℓ = 0 and acc = 0: keep it 0
+            acc = acc / tl.where(l_new > 0.0, l_new, 1.0)[:, None]
+        else:  # every row sees a key of an unmasked tile: ℓ ≥ 1
+            acc = acc / l_new[:, None]
+    return acc
+
+
+@triton.jit
 def attn_fwd_inner(
     acc,  # (BLOCK_M, BLOCK_D) fp32 output so far: unnormalised (lazy), or divided by l_i (eager)
     l_i,  # (BLOCK_M,) fp32, running row sum of exp2
@@ -215,36 +266,12 @@ def attn_fwd_inner(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         k = load_kv_tile(k_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
-        if IS_FP32:
-            # the fp32 mode exists to be exact; Triton's default for an fp32 dot is TF32
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            qk = tl.dot(q, tl.trans(k))
+        qk = tile_scores(q, k, IS_FP32)
         if MASKED:
             qk = mask_scores(qk, cols, offs_m, seqlen_k, diag, IS_CAUSAL)
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        if MASKED:
-            # a row that has seen no visible key still has m = -inf; exp2(-inf - -inf) would be NaN
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_use = m_new
-        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_new = l_i * alpha + tl.sum(p, 1)
-        if EAGER_RESCALE:
-            acc = acc * (l_i * alpha)[:, None]  # un-normalise with the old ℓ (and the new max)
-        else:
-            acc = acc * alpha[:, None]
+        p, acc, l_new, m_new = softmax_step(acc, l_i, m_i, qk, qk_scale, MASKED, EAGER_RESCALE)
         v = load_kv_tile(v_ptrs, cols, offs_d, seqlen_k, HEAD_DIM, MASKED, EVEN_D)
-        if IS_FP32:
-            acc = tl.dot(p, v, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        if EAGER_RESCALE:
-            if MASKED:  # a row that has seen no visible key yet has ℓ = 0 and acc = 0: keep it 0
-                acc = acc / tl.where(l_new > 0.0, l_new, 1.0)[:, None]
-            else:  # every row sees a key of an unmasked tile: ℓ ≥ 1
-                acc = acc / l_new[:, None]
+        acc = accumulate_pv(acc, p, v, l_new, MASKED, IS_FP32, EAGER_RESCALE)
         l_i = l_new
         m_i = m_new
         k_ptrs += BLOCK_N * stride_kn

@@ -14,6 +14,10 @@
   pieces the materialising references are built from; ``fp8.emulate`` builds its arithmetic on them too.
 - ``sdpa_attention``: ``torch.nn.functional.scaled_dot_product_attention`` pinned to one backend
   (``math``, ``efficient``, ``flash``, ``cudnn``), so a benchmark row names exactly what ran.
+- ``gather_paged``: a paged K/V cache (``kernels.attention.decode``'s layouts) gathered into one contiguous
+  ``[B, H_kv, N, d]`` tensor, zero past each request's length; ``paged_reference_attention``: decoding on a
+  paged cache, request by request on the gathered keys, in float64 (or, ``exact=False``, three-step attention
+  in the input dtype: plain PyTorch's error for the tolerance policy).
 
 All take ``[B, H, N, d]`` tensors (K and V may have fewer heads, dividing H: grouped-query attention)
 and share one masking convention with the Triton kernels: causal masks
@@ -207,3 +211,59 @@ def sdpa_attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
         kwargs["enable_gqa"] = True
     with sdpa_kernel([backends[backend]]):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def gather_paged(
+    cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    layout: str = "nhd",
+    length: int | None = None,
+) -> torch.Tensor:
+    """Request b's first ``context_lens[b]`` keys (or values) of a paged ``cache`` (``[pages, page, H_kv, d]``
+    for ``layout="nhd"``, ``[pages, H_kv, page, d]`` for ``"hnd"``), gathered through ``block_table [B, P]``
+    into a contiguous ``[B, H_kv, length, d]`` tensor by one indexed copy, zeros past each length (``length``:
+    the longest; reading it waits for the device). Table entries outside the cache are clamped, as the kernels
+    clamp them."""
+    page = cache.shape[1] if layout == "nhd" else cache.shape[2]
+    heads = torch.arange(cache.shape[2] if layout == "nhd" else cache.shape[1], device=cache.device)
+    lens = context_lens.to(torch.long).clamp(min=0, max=block_table.shape[1] * page)
+    if length is None:
+        length = int(lens.max().item()) if lens.numel() else 0
+    pos = torch.arange(length, device=cache.device)
+    logical = (pos // page).clamp(max=block_table.shape[1] - 1)
+    pages = block_table.to(torch.long)[:, logical].clamp(0, cache.shape[0] - 1)[:, None, :]  # [B, 1, length]
+    slots, heads = (pos % page)[None, None, :], heads[None, :, None]
+    out = cache[pages, slots, heads] if layout == "nhd" else cache[pages, heads, slots]  # [B, H_kv, length, d]
+    return out.masked_fill_((pos[None, :] >= lens[:, None])[:, None, :, None], 0)
+
+
+def paged_reference_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    layout: str = "nhd",
+    requests: Sequence[int] | None = None,
+    exact: bool = True,
+) -> torch.Tensor:
+    """Decoding attention of ``q [B, H, Nq, d]`` on a paged cache (arguments as
+    ``kernels.attention.decode.paged_forward``), request by request on its own gathered keys: float64
+    (``exact``), or three-step attention in q's dtype. ``requests``: the requests to compute (all by default);
+    returns ``[len(requests), H, Nq, d]``. A request of length 0 gives zeros."""
+    requests = range(q.shape[0]) if requests is None else requests
+    dtype = torch.float64 if exact else q.dtype
+    out = torch.zeros((len(requests), *q.shape[1:]), dtype=dtype, device=q.device)
+    for i, b in enumerate(requests):
+        table, lens = block_table[b : b + 1], context_lens[b : b + 1]
+        n = int(lens.clamp(min=0).item())
+        if n == 0:
+            continue
+        k = gather_paged(k_cache, table, lens, layout, n)
+        v = gather_paged(v_cache, table, lens, layout, n)
+        out[i] = _materialise(q[b : b + 1], k, v, causal, sm_scale, None, dtype)[0]
+    return out

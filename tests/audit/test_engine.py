@@ -24,7 +24,7 @@ from analysis import audit
 from analysis.audit import Context, band
 
 
-@pytest.mark.parametrize("cid", ["flashinfer", "tc-95-inner"])
+@pytest.mark.parametrize("cid", ["flashinfer"])
 def test_not_built_claim_is_untestable_with_its_needs(claims, cid):
     df = audit_one(claims, cid, fixture_ctx([fixture_row("ours-fa2")]))
     assert len(df) == 1

@@ -293,3 +293,21 @@ def test_formula_attention_bytes_hand_computed():
     assert models.formula_attention_bytes(64, 16, 6, batch=2, heads=3, elem_bytes=4) == 2 * 6 * (
         6 * 64 * 64 + 8 * 64 * 16
     )
+
+
+def test_decode_batch_bytes_by_hand():
+    """Two requests of 100 and 0 keys, 8 query heads on 2 K/V heads, 1 new token, d = 4, fp16, pages of 16."""
+    qo = 2 * 2 * 8 * 1 * 4 * 2  # Q read and O written for both requests
+    kv = 2 * 2 * 4 * 2 * 100  # K and V of 100 keys, once per K/V head
+    table = 4 * 7  # ceil(100 / 16) block-table entries
+    assert models.decode_batch_bytes([100, 0], 8, 2, 1, 4, 2, page_size=16) == qo + kv + table
+    assert models.decode_batch_bytes([100, 0], 8, 2, 1, 4, 2) == qo + kv  # contiguous: no table
+    one = models.decode_batch_bytes([4096], 16, 16, 1, 128)
+    assert one == models.attention_io_bytes(1, 16, 16, 1, 4096, 128)
+
+
+def test_decode_gather_and_flops_by_hand():
+    assert models.decode_gather_bytes([10, 30], 2, 8, 2) == 2 * 2 * 8 * 2 * (40 + 2 * 30)
+    assert models.decode_gather_bytes([10, 30], 2, 8, 2, length=64) == 2 * 2 * 8 * 2 * (40 + 2 * 64)
+    assert models.decode_batch_flops([100, 28], 8, 2, 64) == 4 * 8 * 2 * 64 * 128
+    assert models.decode_batch_flops([4096], 16, 1, 128) == models.attention_flops(1, 16, 1, 4096, 128)

@@ -180,6 +180,33 @@ def _decode():
     return Entry(lambda: decode.attention(q, k, v), _refill([q, k, v], 10))
 
 
+def _paged(step: bool):
+    """Paged decoding with a static block table and static lengths (the graph holds their addresses); ``step``:
+    a whole decoding step, the new token's K/V appended first. The refresh writes new values into the queries,
+    the pages, the block table and the lengths."""
+    from kernels.attention import decode
+
+    b, h, hk, page, pages = 4, 16, 2, 16, 300
+    kc, vc = _randn(pages, page, hk, 128, seed=2), _randn(pages, page, hk, 128, seed=3)
+    q, k_new, v_new = _randn(b, h, 1, 128, seed=1), _randn(b, hk, 1, 128, seed=4), _randn(b, hk, 1, 128, seed=5)
+    table = torch.randperm(pages, device="cuda")[: b * 60].reshape(b, 60).to(torch.int32)
+    lens = torch.tensor([900, 1, 513, 77], dtype=torch.int32, device="cuda")
+    cached = lens - 1
+
+    def call():
+        if step:
+            decode.append_kv(k_new, v_new, kc, vc, table, cached)
+        return decode.paged_forward(q, kc, vc, table, lens, causal=True)
+
+    def refresh():
+        _refill([q, kc, vc, k_new, v_new], 10)()
+        table.copy_(torch.randperm(pages, device="cuda")[: b * 60].reshape(b, 60).to(torch.int32))
+        lens.copy_(torch.tensor([3, 940, 1, 512], dtype=torch.int32, device="cuda"))  # (no empty one: lse = -inf)
+        cached.copy_(lens - 1)
+
+    return Entry(call, refresh)
+
+
 def _w4a16(m: int, path: str | None = None):
     from kernels import w4a16 as wq
 
@@ -282,6 +309,8 @@ ENTRIES = {
     "fa2.attention training step (autograd inside the capture)": _fa2_training_step,
     "fa2 varlen forward + backward": _varlen,
     "decode.attention": _decode,
+    "decode.paged_forward (static block table)": lambda: _paged(False),
+    "decoding step: decode.append_kv + decode.paged_forward": lambda: _paged(True),
     "w4a16.matmul M=1 (split-K)": lambda: _w4a16(1),
     "w4a16.matmul M=300 (GEMM)": lambda: _w4a16(300),
     "w4a16.matmul_w8 M=1 (split-K + reduce)": lambda: _w8a16(1),

@@ -1,4 +1,5 @@
-"""Split-KV decoding attention against float64 on decoding shapes, for every split count."""
+"""Split-KV decoding on contiguous caches against float64 on decoding shapes: every split count, grouped-query
+heads packed into one tile and not, per-request key lengths."""
 
 from __future__ import annotations
 
@@ -82,3 +83,32 @@ def test_bad_input_is_refused(device):
         decode.forward(q1, k, v, sm_scale=math.nan)
     with pytest.raises(NotImplementedError, match="inference-only"):
         decode.attention(q1.clone().requires_grad_(True), k, v)
+
+
+@pytest.mark.parametrize("pack_gqa", [True, False], ids=["packed", "unpacked"])
+@pytest.mark.parametrize("group", [8, 4])
+def test_grouped_heads_packed_and_unpacked(group, pack_gqa, device):
+    """GQA 8:1 and 4:1: the group's query heads in one tile (each K/V tile read once for them) or one head per
+    program; both against float64, with causal masking over 3 new tokens."""
+    q, k, v = _inputs((2, 2 * group, 2, 3, 45, 32, True, F16), device)
+    out, _ = decode.forward(q, k, v, causal=True, pack_gqa=pack_gqa, num_splits=2)
+    assert_matches_reference(f"decode GQA {group}:1 pack_gqa={pack_gqa}", out, q, k, v, True)
+    per_prog, block_m, m_blocks = decode.tiling(2 * group, 2, 3, pack_gqa)
+    assert per_prog == (group if pack_gqa else 1) and m_blocks == 1 and block_m == (32 if per_prog == 8 else 16)
+
+
+def test_per_request_lengths(device):
+    """``seqlens_k``: each request's own number of keys (0 gives zeros, a length past Nk counts as Nk)."""
+    q, k, v = _inputs((3, 4, 2, 2, 60, 32, True, F16), device)
+    lens = [60, 0, 17]
+    out, lse = decode.forward(q, k, v, causal=True, seqlens_k=torch.tensor(lens, dtype=torch.int32, device=device))
+    for b, n in enumerate(lens):
+        if n == 0:
+            assert torch.count_nonzero(out[b]) == 0 and torch.isneginf(lse[b]).all()
+            continue
+        sl = slice(b, b + 1)
+        assert_matches_reference(f"request {b}", out[sl], q[sl], k[sl, :, :n], v[sl, :, :n], True)
+    past = torch.tensor([99, 60, 60], dtype=torch.int32, device=device)
+    assert torch.equal(decode.forward(q, k, v, seqlens_k=past)[0], decode.forward(q, k, v)[0])
+    with pytest.raises(TypeError, match="seqlens_k must be int32"):
+        decode.forward(q, k, v, seqlens_k=past.long())

@@ -159,6 +159,49 @@ def _varlen_case(which: str) -> Case:
     return Case("fa2.backward_varlen", ("do", *QKV, "out", "lse", *CU), build_backward, skip)
 
 
+def _paged_tensors(device):
+    """Three requests (lengths 19, 0, 6) in pages of 8 of a pool of 7, one page shared."""
+    t = {
+        "q": _randn(3, 4, 2, 16, seed=1),
+        "k_cache": _randn(7, 8, 2, 16, seed=2),
+        "v_cache": _randn(7, 8, 2, 16, seed=3),
+        "block_table": torch.tensor([[4, 1, 6], [0, 0, 0], [1, 5, 2]], dtype=torch.int32),
+        "context_lens": torch.tensor([19, 0, 6], dtype=torch.int32),
+    }
+    return _on(device, t)
+
+
+def _paged_case() -> Case:
+    def call(**t):
+        return decode.paged_forward(*t.values(), causal=True, num_splits=2)
+
+    args = ("q", "k_cache", "v_cache", "block_table", "context_lens")
+    return Case("decode.paged_forward", args, lambda device: (call, _paged_tensors(device)))
+
+
+def _append_case() -> Case:
+    """The caches are written in place: each call first refills them, through their layout, with the same
+    values; the output is the written caches."""
+
+    def build(device):
+        t = _paged_tensors(device)
+        new = _on(device, {"k_new": _randn(3, 2, 3, 16, seed=4), "v_new": _randn(3, 2, 3, 16, seed=5)})
+        pristine = t["k_cache"].clone(), t["v_cache"].clone()
+
+        def call(k_new, v_new, k_cache, v_cache, block_table, cache_lens):
+            k_cache.copy_(pristine[0])
+            v_cache.copy_(pristine[1])
+            decode.append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_lens)
+            return k_cache.clone(), v_cache.clone()
+
+        caches = {"k_cache": t["k_cache"], "v_cache": t["v_cache"]}
+        return call, {**new, **caches, "block_table": t["block_table"], "cache_lens": t["context_lens"]}
+
+    written = "an expanded cache cannot be written (its pages alias one another)"
+    args = ("k_new", "v_new", "k_cache", "v_cache", "block_table", "cache_lens")
+    return Case("decode.append_kv", args, build, {(c, "stride0"): written for c in ("k_cache", "v_cache")})
+
+
 def _fp8_quantized_case() -> Case:
     def build(device):
         t = _dense_qkv(device, b=2, hk=2, nq=40, nk=36, d=32)  # two of everything: every scale has a layout
@@ -318,6 +361,17 @@ def _cases() -> list[Case]:
         _dense("fa1.forward", lambda q, k, v: fa1.forward(q, k, v, causal=True), hk=2, nq=18, nk=21),
         _backward_case("fa1.backward", fa1),
         _dense("decode.forward", lambda q, k, v: decode.forward(q, k, v, num_splits=3), h=4, hk=2, nq=3, nk=70, d=16),
+        _dense(
+            "decode.forward packed GQA",
+            lambda q, k, v: decode.forward(q, k, v, causal=True, num_splits=2),
+            h=8,
+            hk=2,
+            nq=2,
+            nk=37,
+            d=16,
+        ),
+        _paged_case(),
+        _append_case(),
         _dense("fp8.attention", lambda q, k, v: fp8.attention(q, k, v, causal=True), hk=1, nq=20, nk=36, d=32),
         _fp8_quantized_case(),
         _w4_case(3, F16),

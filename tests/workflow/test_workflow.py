@@ -99,7 +99,7 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     planned = _shards()
-    assert counts["benchmark"] == sum(map(len, planned.values())) == 49
+    assert counts["benchmark"] == sum(map(len, planned.values())) == 50
     for family, shards in planned.items():
         assert _planned_shards(r.stdout, family) == set(shards), family
     shards = planned["attention"]
@@ -112,6 +112,7 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
         "rescale-ablation": 1,
         "memory": 2,
         "decode": 2,
+        "decode-serving": 1,
         "varlen": 2,
         "fp8-speed": 2,
         "fp8-accuracy": 8,
@@ -125,6 +126,7 @@ def test_dry_run_for_a_named_gpu_plans_one_job_per_shard(tmp_path):
         "fa2-setting_bfloat16_d128_causal_bwd",
         "memory_float16_d128_full_fwdbwd",
         "decode_float16_d128_full_hkv2_q1",
+        "decode-serving_float16_d128_causal_h64_hkv8_p64_q1",
         "varlen_float16_d128_causal_fwdbwd",
     } <= set(shards)
     assert counts["environment"] == 1
@@ -154,10 +156,12 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     planned = _shards(full)
     shards = {**planned["attention"], **planned["fp8"]}
-    assert len(shards) == 99
+    assert len(shards) == 111
     assert job_counts(r.stdout)["benchmark"] == sum(map(len, planned.values()))
     assert _planned_shards(r.stdout, "attention") | _planned_shards(r.stdout, "fp8") == set(shards)
     assert "decode_float16_d128_full_hkv16_q16" in shards and "fa1-setting_float16_d64_full" in shards
+    serving = [f for f in shards.values() if f["experiment"] == "decode-serving"]
+    assert len(serving) == 12 and {f["page_size"] for f in serving} == {16, 64, 256}
     fp8_speed = [f for f in shards.values() if f["experiment"] == "fp8-speed"]
     assert len(fp8_speed) == 6 and {f["head_dim"] for f in fp8_speed} == {64, 128, 256}
     fp8_ablation = [f for f in shards.values() if f["experiment"] == "fp8-ablation"]

@@ -262,6 +262,18 @@ def make_row(base: dict, impl: str, status: str, message: str, columns=METRICS, 
     return point_row({"tokens": math.nan, **base}, impl, status, message, columns, **metrics)
 
 
+def unbuilt(base: dict, impls, exc: BaseException, progress: harness.Progress, text: str) -> list[dict]:
+    """The rows of a point whose inputs or reference could not be built (out of memory, say): every
+    implementation gets the status, each a progress line (``text``: the point's shape)."""
+    status, message = harness.classify(exc)
+    rows = []
+    for impl in impls:
+        rows.append(make_row(base, impl, status, f"inputs/reference: {message}"))
+        progress.step(f"{impl} {text}", status)
+    harness.release_memory()
+    return rows
+
+
 def time_call(call: Callable[[], object], spec: AttentionSpec, again: Callable | None = None) -> dict:
     """Peak extra memory of one call, then its timing and telemetry (``harness.measure``; ``again``: the
     callable of each repeat round, where it is not ``call``)."""

@@ -72,7 +72,12 @@ def failed(d: pd.DataFrame) -> pd.DataFrame:
 
 def point_label(r) -> str:
     parts = [str(r["impl"])]
-    if r.get("experiment") == "decode":
+    if r.get("experiment") == "decode-serving":
+        page = r.get("page_size")
+        parts.append(
+            f"B={r['batch']} contexts≤{fmt_n(r['seqlen_k'])}" + (f" page={int(page)}" if pd.notna(page) else "")
+        )
+    elif r.get("experiment") == "decode":
         parts.append(f"Nk={fmt_n(r['seqlen_k'])}")
     elif r.get("experiment") != "varlen":
         parts.append(f"N={fmt_n(r['seqlen_q'])}")

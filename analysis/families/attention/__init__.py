@@ -1,5 +1,5 @@
-"""The attention family: FlashAttention-1, -2 and -3, split-KV decoding and variable-length batches
-(``kernels/attention``), against naive attention and every SDPA backend."""
+"""The attention family: FlashAttention-1, -2 and -3, split-KV decoding (contiguous and paged K/V caches) and
+variable-length batches (``kernels/attention``), against naive attention and every SDPA backend."""
 
 from analysis.core.family import Family
 
@@ -15,6 +15,7 @@ FAMILY = Family(
         ("rescale-ablation", "Lazy against eager rescaling"),
         ("memory", "Memory against sequence length"),
         ("decode", "Decoding"),
+        ("decode-serving", "Decoding as a server runs it: paged K/V, batches of mixed lengths"),
         ("varlen", "Variable-length batches"),
         ("fa3-ablation", "FlashAttention-3 ablation"),
     ),

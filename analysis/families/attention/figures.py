@@ -1,5 +1,6 @@
 """The attention family's figures: the FA-2 setting per mode, memory, FA-1's Figure 3, the gain surface, the
-block sweep, the rescaling ablation, decoding, variable-length batches, the FA-3 ladder and ablation; and,
+block sweep, the rescaling ablation, decoding, decoding a batch of paged requests, variable-length batches, the
+FA-3 ladder and ablation; and,
 when the report holds several GPU types, those side by side (``COMPARISON``).
 
 Each is drawn from the attention table (``fa2_figures``, ``experiment_figures``, ``fa3_figures``); its caption
@@ -12,6 +13,7 @@ from analysis.core.family import Figure
 from analysis.families.attention import experiment_figures as ex
 from analysis.families.attention import fa2_figures as fa2
 from analysis.families.attention import fa3_figures as fa3
+from analysis.families.attention import serving_figures as serving
 
 # name -> figure, in the order the report shows them within each section
 FIGURES = {
@@ -26,6 +28,7 @@ FIGURES = {
     "block_sweep": Figure(ex.block_sweep, "block-sweep"),
     "rescale_ablation": Figure(ex.rescale_ablation, "rescale-ablation"),
     "decode_latency": Figure(ex.decode_latency, "decode"),
+    "decode_serving": Figure(serving.decode_serving, "decode-serving"),
     "varlen_padding": Figure(ex.varlen_padding, "varlen"),
     "fa3_ladder": Figure(fa3.fa3_ladder, "fa2-setting"),
     "fa3_ablation": Figure(fa3.fa3_ablation, "fa3-ablation"),

@@ -25,6 +25,8 @@ harness and returns one row per point, whatever happened to it. The experiments 
   and naive, and ``copy-kv``: a device copy of the same K/V bytes, the copy bandwidth the others are
   measured against. Rows carry ``model_bytes`` (Q, K, V read and O written once,
   ``analysis.core.models.attention_io_bytes``; copy-kv: the bytes read and written) and ``gbps``.
+- ``decode-serving``: one decoding step of a batch of paged requests of mixed lengths
+  (``analysis.families.attention.serving``, which measures it).
 - ``varlen``: one batch of sequences of different lengths (``seqlens`` lists them), packed with
   cu_seqlens against the same batch padded to its longest sequence (``analysis.families.attention.varlen``).
 - ``fa3-ablation``: the FA-3 kernel with each of its techniques switched off in turn

@@ -11,7 +11,8 @@ kernel at tiny, odd shapes on the CPU, correctness only.
 ``Spec`` is the attention-like families' ``AttentionSpec`` (``analysis.families._shared.attention_plan``: the
 implementation names, shard names, planning checks and the cost model they share) with this family's
 experiments as its vocabulary. ``estimate_seconds`` is that module's cost model: a planning aid, not a
-measurement.
+measurement. ``decode-serving`` (batches of paged requests) has a spec, shards and costs of its own
+(``analysis.families.attention.serving_plan``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import ClassVar
 
 from analysis.families._shared import attention_plan as shared
 from analysis.families._shared.fa3_ablation import FA3_IMPLS
+from analysis.families.attention import serving_plan
 
 VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
 IMPLS = (
@@ -38,9 +40,17 @@ EXPERIMENT_IMPLS = {
     "varlen": VARLEN_IMPLS,
     "fa3-ablation": FA3_IMPLS + ("ours-fa2", "sdpa-cudnn", shared.UPSTREAM_FA),
     "interpreter-check": shared.DENSE_IMPLS,
+    serving_plan.EXPERIMENT: serving_plan.SERVING_IMPLS,
 }
 EXPERIMENTS = tuple(EXPERIMENT_IMPLS)
-FORWARD_ONLY = ("block-sweep", "rescale-ablation", "decode", "interpreter-check", "fa3-ablation")
+FORWARD_ONLY = (
+    "block-sweep",
+    "rescale-ablation",
+    "decode",
+    "interpreter-check",
+    "fa3-ablation",
+    serving_plan.EXPERIMENT,
+)
 COMPILE_S = shared.COMPILE_S  # first-compile seconds of a kernel specialisation, by kind
 
 
@@ -56,7 +66,9 @@ class Spec(shared.AttentionSpec):
     IO_BOUND: ClassVar[tuple[str, ...]] = ("decode",)
 
 
-def spec(fields: dict) -> Spec:
+def spec(fields: dict) -> Spec | serving_plan.ServingSpec:
+    if fields.get("experiment") == serving_plan.EXPERIMENT:
+        return serving_plan.ServingSpec(**fields)
     return Spec(**fields)
 
 
@@ -268,6 +280,12 @@ def shards(config: dict) -> dict[str, dict]:
                     heads=var["heads"],
                     **_timing(att, var),
                 )
+    serving = att["decode_serving"]
+    timing = {k: v for k, v in _timing(att, serving).items() if k != "check_rows"}
+    for name, fields in serving_plan.shards(serving, timing).items():
+        if name in out:
+            raise ValueError(f"the attention config makes shard {name!r} twice (overlapping grids)")
+        out[name] = fields
     return out
 
 
@@ -302,9 +320,12 @@ def checks(config: dict) -> dict[str, dict]:
 
 
 def estimate_seconds(fields: dict) -> float:
-    """Planned seconds of one shard on an H200 (an estimate: ``analysis.families._shared.attention_plan``)."""
-    return shared.seconds_of(spec(fields))
+    """Planned seconds of one shard on an H200 (an estimate: ``analysis.families._shared.attention_plan``,
+    ``serving_plan`` for decode-serving)."""
+    s = spec(fields)
+    return serving_plan.seconds_of(s) if isinstance(s, serving_plan.ServingSpec) else shared.seconds_of(s)
 
 
 def compile_keys(fields: dict) -> set[tuple]:
-    return shared.keys_of(spec(fields))
+    s = spec(fields)
+    return serving_plan.keys_of(s) if isinstance(s, serving_plan.ServingSpec) else shared.keys_of(s)

@@ -1,13 +1,17 @@
-"""Evaluators of the claims about FlashAttention-3's Hopper techniques that compiled kernels decide: TMA's
-registers, WGMMA's instruction issue, TMA's issue slots; from the compiled-kernel table (registers, spills and
-SASS instruction counts, the same on every machine, so these verdicts carry ``gpu = "-"``)."""
+"""Evaluators of the claims that compiled kernels decide: FlashAttention-3's Hopper techniques (TMA's registers,
+WGMMA's instruction issue, TMA's issue slots) and FA-2's inner-loop instruction mix; from the compiled-kernel
+table (registers, spills and SASS instruction counts, the same on every machine, so these verdicts carry
+``gpu = "-"``), and for the mix also, per GPU, the instructions Nsight Compute counted executing (the traffic
+table's ``traffic-inst-mix`` rows)."""
 
 from __future__ import annotations
 
-from analysis.audit import ANALYTIC, Claim, Context, Evaluators, Selection, Untestable, Verdict
+from analysis.audit import ANALYTIC, Claim, Context, Evaluators, Results, Selection, Untestable, Verdict
+from analysis.audit.verdicts import judge_part, per_gpu
 from analysis.core.summaries import span
 
 COMPILED = "compiled"  # the table these claims read
+TRAFFIC, INST_MIX = "traffic", "traffic-inst-mix"  # where the executed instruction counts are, per GPU
 EVALUATORS = Evaluators()
 
 
@@ -135,3 +139,96 @@ def tma_issue_slots(claim: Claim, ctx: Context) -> list[Verdict]:
             unit="×",
         )
     ]
+
+
+def _pipe_text(row) -> str:
+    pipes = ("fma", "alu", "xu", "memory", "uniform", "control")
+    return ", ".join(f"{p} {row[f'loop_pipe_{p}']:.0f}" for p in pipes if f"loop_pipe_{p}" in row)
+
+
+@EVALUATORS("tc_inner_mix")
+def tc_inner_mix(claim: Claim, ctx: Context) -> list[Verdict]:
+    """The share of tensor-core instructions among the instructions of FA-2's inner loop, on our FA-2 kernel.
+
+    Static (every machine): the hot loop's SASS of the ``mma-issue`` builds (sm_90: warpgroup MMA; sm_80:
+    mma.sync), instructions by pipe, and their floating-point work on the tensor pipe and off it. Per GPU,
+    where Nsight Compute ran the ``traffic-inst-mix`` pass: the warp instructions the kernel executed, by
+    pipe. The share of instructions decides, since the claim counts instructions; the executed share decides
+    on a GPU that has it, the static one elsewhere."""
+    sel = _compiled(ctx, "mma-issue")
+    rows = sel.rows.set_index("target")
+    if "sm_90" not in rows.index or "loop_pipe_tensor" not in rows.columns:
+        raise Untestable("the compiled-kernel table lacks the sm_90 build of the FA-2 kernel or its instruction mix")
+    static = {}
+    for target in [t for t in ("sm_90", "sm_80") if t in rows.index]:
+        r = rows.loc[target]
+        flop_share = r["loop_tensor_flops"] / (r["loop_tensor_flops"] + r["loop_other_flops"])
+        static[target] = (100 * r["loop_mma"] / r["loop_instructions"], 100 * flop_share, r)
+    hopper = static["sm_90"][2]
+    parts = [
+        f"{share:.1f}% on {t} ({r['loop_mma']:.0f} {'wgmma' if t == 'sm_90' else 'mma.sync'} of "
+        f"{r['loop_instructions']:.0f} instructions per warp per K/V tile)"
+        for t, (share, _, r) in static.items()
+    ]
+    flops = static["sm_90"][1]
+    per_wgmma = hopper["loop_tensor_flops"] / max(hopper["loop_mma"], 1)
+    if "sm_80" in static:
+        old = static["sm_80"][2]
+        per_mma = old["loop_tensor_flops"] / max(old["loop_mma"], 1)
+        work = (
+            f"one Hopper wgmma does the work of {per_wgmma / per_mma:.0f} mma.sync ({per_wgmma:.0f} against "
+            f"{per_mma:.0f} FLOPs per warp)"
+        )
+    else:
+        work = f"one Hopper wgmma does {per_wgmma:.0f} FLOPs per warp, a warpgroup's 64×N×16"
+    note = (
+        "static SASS of our FA-2 forward's hot loop (one K/V tile of a "
+        f"{int(hopper['tile_m'])}×{int(hopper['tile_n'])} tile, d={int(hopper['head_dim'])}); the share of "
+        f"instructions decides, as the claim counts instructions. Off the tensor pipe, sm_90: {_pipe_text(hopper)}. "
+        f"By floating-point work the tensor pipe does {flops:.1f}% of the loop's, which the sentence may mean: "
+        f"{work}, so on Hopper the instruction share falls while the work share stays. Nsight Compute's executed "
+        "counts decide on a GPU that has the traffic-inst-mix pass"
+    )
+    analytic = Verdict(
+        judge_part(claim, [share for share, _, _ in static.values()]),
+        "; ".join(parts) + f"; {flops:.1f}% of the FLOPs",
+        note,
+        sel.evidence,
+        gpu=ANALYTIC,
+        unit="%",
+    )
+    traffic = ctx.table(TRAFFIC)
+
+    def measured(gpu):
+        got = traffic.select(gpu, finished=False, experiment=INST_MIX)
+        ok = got.rows[got.rows["status"] == "ok"]
+        if ok.empty:
+            why = "; ".join(sorted(set(got.rows["message"].astype(str))))[:300]
+            raise Untestable(f"Nsight Compute's instruction-mix pass did not finish ({why})")
+        tensor = ok["inst_tensor_hmma"].fillna(0)
+        if "inst_tensor_gmma" in ok:
+            tensor = tensor + ok["inst_tensor_gmma"].fillna(0)
+        share = 100 * tensor.sum() / ok["inst_executed"].sum()
+        pipes = {c: ok[c].sum() for c in ("inst_fma", "inst_alu", "inst_xu", "inst_lsu", "inst_uniform") if c in ok}
+        mix = ", ".join(
+            f"{c.removeprefix('inst_')} {100 * v / ok['inst_executed'].sum():.0f}%" for c, v in pipes.items()
+        )
+        n, d = int(ok["seqlen"].iloc[0]), int(ok["head_dim"].iloc[0])
+        return Verdict(
+            judge_part(claim, [share]),
+            f"{share:.1f}% of executed instructions ({tensor.sum():.3g} tensor of {ok['inst_executed'].sum():.3g})",
+            f"Nsight Compute, our FA-2 forward at N={n}, d={d}, the whole kernel (prologue and epilogue included); "
+            f"other pipes: {mix}. The static SASS mix beside it: " + "; ".join(parts),
+            got.evidence,
+            gpu=gpu,
+            unit="%",
+        )
+
+    # a GPU whose traffic table has no instruction-mix rows (none profiled yet) adds no verdict
+    gpus = [
+        g
+        for g in traffic.frames
+        if "experiment" in traffic.frames[g] and (traffic.frames[g]["experiment"] == INST_MIX).any()
+    ]
+    profiled = Results({g: traffic.frames[g] for g in gpus}, {g: traffic.paths[g] for g in gpus})
+    return [analytic, *per_gpu(profiled, measured)]

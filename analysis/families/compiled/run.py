@@ -12,11 +12,13 @@ kernel, of its hot loop, the consumer's K/V tile, and of its load loop, the prod
   where the producer's own code (its load loop) starts to spill shows how many registers loading needs.
 - ``mma-issue``: our FA-2 forward (``kernels/attention/fa2.py``), one tile configuration, compiled for
   sm_90 (warpgroup MMA, ``wgmma``) and for sm_80 (per-warp ``mma.sync``): MMA instructions per warp per
-  K/V tile of the same size.
+  K/V tile of the same size, and the hot loop's whole instruction mix by pipe with its floating-point work
+  on the tensor pipe and off it (``sass.mix``, ``sass.flops``).
 
 The rows are properties of the compiler and the code, not of a GPU: the same Triton on any machine gives
 the same numbers, so the pipeline computes them on the CPU, once per run (a GPU-independent family) and the audit
-reads them for the claims about TMA's registers and WGMMA's instruction issue. Not handled: timing.
+reads them for the claims about TMA's registers, WGMMA's instruction issue and the inner loop's share of
+tensor-core instructions. Not handled: timing.
 """
 
 from __future__ import annotations

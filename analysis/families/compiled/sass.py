@@ -13,6 +13,17 @@ the per-warp ``mma.sync`` of earlier GPUs), ``tma`` = bulk tensor copies (UTMALD
 ``spills`` = local-memory loads and stores (LDL/STL), ``exp`` = MUFU.EX2, ``barriers`` = mbarrier
 operations (SYNCS) and named barriers (BAR). Not handled: timing (the counts are static; how often a loop
 runs is the kernel's business) and other architectures' opcode names.
+
+The hot loop's *instruction mix* (``mix``) puts every instruction under the pipe that issues it
+(``PIPES``, after the pipes Nsight Compute counts executed instructions by): ``tensor`` (the MMAs), ``fma``
+(fp32 multiply-adds, multiplies, adds; integer multiply-adds), ``fp16`` (packed half2 arithmetic), ``alu``
+(integer and logic, comparisons, selects, min/max, moves and conversions between registers), ``xu`` (the
+special-function unit: exponentials, conversions between integers and floats), ``memory`` (loads, stores,
+shuffles, TMA, the asynchronous copies), ``control`` (branches, barriers, fences, warpgroup arrive/wait),
+``uniform`` (the uniform datapath: U-prefixed opcodes) and ``other``. A static count over one iteration is
+what each warp issues per K/V tile, one issue slot each. ``loop_flops`` weighs them by the floating-point
+work of one warp's instruction: an ``HMMA.16816`` 2·16·8·16, an ``HGMMA.64xNx16`` 2·64·N·16 over the 4 warps
+of its warpgroup, an FFMA 2 per lane, FADD, FMUL, FMNMX and MUFU 1 per lane, a half2 FMA 4 per lane.
 """
 
 from __future__ import annotations
@@ -32,6 +43,35 @@ CLASSES = {
     "exp": ("MUFU",),
     "barriers": ("SYNCS", "BAR"),
 }
+
+# the pipe that issues each opcode (PIPE_ORDER: how the columns are ordered); U-prefixed opcodes not named here
+# run on the uniform datapath, anything else is "other"
+PIPES = {
+    "tensor": "HMMA HGMMA QGMMA IMMA IGMMA BMMA DMMA".split(),
+    "fma": "FFMA FMUL FADD IMAD IMUL FSWZADD".split(),
+    "fp16": "HFMA2 HADD2 HMUL2 HMNMX2 HSET2 HSETP2".split(),
+    "alu": (
+        "IADD3 VIADD LOP3 LEA SHF ISETP FSETP FSEL SEL FMNMX IMNMX VIMNMX IABS SGXT BMSK PRMT MOV F2FP I2FP F2IP "
+        "PLOP3 P2R R2P POPC FLO CS2R R2UR"
+    ).split(),
+    "xu": "MUFU F2F F2I I2F FRND".split(),
+    "memory": (
+        "LDG STG LDS STS LDSM STSM LDGSTS LDGDEPBAR LDL STL LD ST LDC ATOM ATOMS ATOMG RED SHFL UTMALDG UTMASTG UBLKCP"
+    ).split(),
+    "control": (
+        "BRA BRX EXIT RET CALL BAR BSSY BSYNC WARPSYNC YIELD NOP DEPBAR SYNCS WARPGROUP ELECT VOTE NANOSLEEP MEMBAR "
+        "FENCE ERRBAR CCTL"
+    ).split(),
+}
+PIPE_ORDER = ("tensor", "fma", "fp16", "alu", "xu", "memory", "control", "uniform", "other")
+_PIPE_OF = {op: pipe for pipe, ops in PIPES.items() for op in ops}
+LANES = 32
+# floating-point operations of one lane's instruction (the tensor pipe's are per warp, from the shape)
+_LANE_FLOPS = {"FFMA": 2, "FMUL": 1, "FADD": 1, "FMNMX": 1, "MUFU": 1, "HFMA2": 4, "HADD2": 2, "HMUL2": 2}
+# mma.sync shapes as SASS writes them (HMMA.16816: m16 n8 k16)
+_MMA_SHAPES = {"16816": (16, 8, 16), "1688": (16, 8, 8), "884": (8, 8, 4), "16832": (16, 8, 32), "8816": (8, 8, 16)}
+_HMMA = re.compile(r"\b[HI]MMA\.(\d+)")
+_GMMA = re.compile(r"\b[HQ]GMMA\.(\d+)x(\d+)x(\d+)")
 
 _LINE = re.compile(r"^\s+/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
 _BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
@@ -85,6 +125,37 @@ def opcode(text: str) -> str:
     if words and words[0].startswith("@"):  # a predicated instruction
         words = words[1:]
     return words[0].split(".")[0] if words else ""
+
+
+def pipe(op: str) -> str:
+    """The pipe that issues an opcode (``PIPES``; U-prefixed ones not listed: ``uniform``; else ``other``)."""
+    return _PIPE_OF.get(op) or ("uniform" if op.startswith("U") else "other")
+
+
+def mix(texts) -> dict[str, int]:
+    """Instructions per pipe (every pipe of ``PIPE_ORDER``, 0 where none) of the instructions ``texts``."""
+    out = dict.fromkeys(PIPE_ORDER, 0)
+    for text in texts:
+        out[pipe(opcode(text))] += 1
+    return out
+
+
+def flops(texts) -> tuple[float, float]:
+    """``(tensor, other)``: the floating-point operations one warp does issuing ``texts`` once, on the tensor
+    pipe (from each MMA's shape) and on the others (module docstring)."""
+    tensor = other = 0.0
+    for text in texts:
+        op = opcode(text)
+        if (m := _GMMA.search(text)) is not None:
+            tensor += 2.0 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) / 4  # a warpgroup's 4 warps
+        elif (m := _HMMA.search(text)) is not None:
+            if m.group(1) not in _MMA_SHAPES:
+                raise ValueError(f"unknown mma.sync shape in {text!r}")
+            a, b, c = _MMA_SHAPES[m.group(1)]
+            tensor += 2.0 * a * b * c
+        else:
+            other += LANES * _LANE_FLOPS.get(op, 0)
+    return tensor, other
 
 
 def count(opcodes: collections.Counter, kind: str) -> int:
@@ -171,6 +242,10 @@ def summary(kernel: Kernel, dynamic_shared_bytes: int = 0) -> dict:
     row["loop_instructions"] = (loop[1] - loop[0]) if loop else 0
     for kind in CLASSES:
         row[f"loop_{kind}"] = count(ops, kind)
+    texts = [t for _, t in kernel.instructions[loop[0] : loop[1]]] if loop else []
+    for name, n in mix(texts).items():
+        row[f"loop_pipe_{name}"] = n
+    row["loop_tensor_flops"], row["loop_other_flops"] = flops(texts)
     # the loop that issues the K/V loads: the producer's with warp specialisation, else the hot loop
     loads = kernel.innermost("tma", "thread_loads")
     ops = kernel.opcodes(*loads) if loads else collections.Counter()

@@ -5,7 +5,9 @@ describe what attention kernels move through DRAM (``analysis.families.traffic.r
 measured). One shard, ``traffic``, per measured GPU type: every point of ``Spec.planned()`` in one process
 under ``ncu``, so the profiler starts once. Points: ``traffic-scaling``, every implementation over N × d;
 ``traffic-blocks``, our kernel at one N across block configurations (its own batch, so that the output
-dwarfs the L2 cache and few of its writes are still cached, uncounted, when the kernel ends).
+dwarfs the L2 cache and few of its writes are still cached, uncounted, when the kernel ends);
+``traffic-inst-mix``, our FA-2 forward at one long N, its executed instructions counted by pipe (a second
+ncu pass with those metrics: the claim that tensor-core GEMMs are most of the inner loop's instructions).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from analysis.families._shared.attention_plan import CALLABLE_IMPLS, DTYPE_NAMES
 
 DEFAULT_TIMEOUT_S = 900.0
 
-EXPERIMENTS = ("traffic-scaling", "traffic-blocks")
+EXPERIMENTS = ("traffic-scaling", "traffic-blocks", "traffic-inst-mix")
+INST_MIX = "traffic-inst-mix"
 # Implementations that write S and P to memory: the standard-attention model applies to them.
 MATERIALISING = ("naive", "sdpa-math")
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -76,6 +79,7 @@ class Spec:
     causal: bool = False
     fa2_config: str | None = None  # None: our kernel's autotuner chooses per shape, as in the benchmarks
     block_sweep: dict = dataclasses.field(default_factory=dict)  # seqlen, head_dims, configs, batch (optional)
+    inst_mix: dict = dataclasses.field(default_factory=dict)  # seqlen, head_dim, batch (empty: none)
     timeout_s: float = DEFAULT_TIMEOUT_S
     ncu_args: list[str] = dataclasses.field(default_factory=list)  # extra ncu options, before the program
     require: bool = False  # raise instead of writing "unsupported" rows when ncu or the GPU is missing
@@ -90,6 +94,9 @@ class Spec:
         extra = set(self.block_sweep) - {"seqlen", "head_dims", "configs", "batch"}
         if extra:
             raise ValueError(f"block_sweep has unknown keys {sorted(extra)}")
+        extra = set(self.inst_mix) - {"seqlen", "head_dim", "batch"}
+        if extra:
+            raise ValueError(f"inst_mix has unknown keys {sorted(extra)}")
         for text in [self.fa2_config, *self.block_sweep.get("configs", [])]:
             config_fields(text)  # fail at planning, not inside the profiled program
 
@@ -123,6 +130,13 @@ class Spec:
                             **swept,
                         )
                     )
+        mix = self.inst_mix
+        if mix.get("seqlen"):
+            point = dict(base, batch=int(mix.get("batch") or self.batch))
+            d = int(mix.get("head_dim") or 128)
+            pts.append(
+                dict(experiment=INST_MIX, impl="ours-fa2", seqlen=mix["seqlen"], head_dim=d, config=None, **point)
+            )
         return pts
 
 

@@ -43,6 +43,13 @@ the tail of ncu's output; a point that ran out of memory or was refused → its 
 The raw ncu output, the spec, the sidecar and the command are kept in the job's ``files`` folder (beside
 its log) for audit.
 
+The instruction mix (points of ``traffic-inst-mix``: our FA-2 forward at one long N) is a second ncu pass of
+the same program with other metrics (``mix_metrics``: warp instructions executed in all, and by the tensor
+pipe's mma.sync and, on Hopper, warpgroup MMA, the FMA, ALU, special-function, memory and uniform pipes),
+printed in base units; its side files carry the suffix ``-inst-mix``. A metric the GPU or ncu does not know
+fails that pass alone: its rows say why, the DRAM rows stand. The counts are of the whole kernel (its
+prologue and epilogue included, small at long N), summed over every SM.
+
 Columns: ``columns.yaml`` of this folder (one row per kernel of a point, or one row standing for a whole
 point that was not profiled; the models' bytes of the point on each of its rows).
 
@@ -71,12 +78,13 @@ from analysis.core import models
 from analysis.core.paths import ROOT
 from analysis.core.provenance import now_utc
 from analysis.families.traffic import FAMILY
-from analysis.families.traffic.plan import ELEM_BYTES, MATERIALISING, Spec, config_fields
+from analysis.families.traffic.plan import ELEM_BYTES, INST_MIX, MATERIALISING, Spec, config_fields
 
 log = logging.getLogger(__name__)
 
 COLUMNS = FAMILY.columns()["columns"]  # the row's columns, in order (columns.yaml)
 METRIC_COLUMNS = ["dram_read_bytes", "dram_write_bytes", "gpu_time_ns"]
+MIX_SUFFIX = "-inst-mix"  # the instruction-mix pass's side files
 PROVENANCE = ["gpu_name", "gpu", "driver", "cuda", "torch", "triton", "git_sha", "timestamp"]
 
 MARKER = "_traffic_point_marker"
@@ -88,6 +96,22 @@ NCU_METRICS = {
     "dram__bytes_write.sum": "dram_write_bytes",
     "gpu__time_duration.sum": "gpu_time_ns",
 }
+# the instruction-mix pass: warp instructions executed, in all and by pipe (mix_metrics adds Hopper's wgmma)
+MIX_METRICS = {
+    "smsp__inst_executed.sum": "inst_executed",
+    "sm__inst_executed_pipe_tensor_op_hmma.sum": "inst_tensor_hmma",
+    "sm__inst_executed_pipe_fma.sum": "inst_fma",
+    "sm__inst_executed_pipe_alu.sum": "inst_alu",
+    "sm__inst_executed_pipe_xu.sum": "inst_xu",
+    "sm__inst_executed_pipe_lsu.sum": "inst_lsu",
+    "sm__inst_executed_pipe_uniform.sum": "inst_uniform",
+}
+GMMA_METRIC = {"sm__inst_executed_pipe_tensor_op_gmma.sum": "inst_tensor_gmma"}
+
+
+def mix_metrics(capability: tuple[int, int]) -> dict[str, str]:
+    """The instruction-mix pass's metrics on a GPU of ``capability`` (Hopper's warpgroup MMA has its own)."""
+    return {**MIX_METRICS, **(GMMA_METRIC if capability[0] == 9 else {})}
 
 
 # ncu scales values to a readable unit unless told otherwise; its prefixes are decimal (Mbyte = 10⁶ B).
@@ -112,7 +136,15 @@ _BYTES = {
 _TIME = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
-UNITS = {"dram__bytes_read.sum": _BYTES, "dram__bytes_write.sum": _BYTES, "gpu__time_duration.sum": _TIME}
+_COUNT = {"inst": 1.0, "": 1.0, "Kinst": 1e3, "Minst": 1e6, "Ginst": 1e9}
+
+
+UNITS = {
+    "dram__bytes_read.sum": _BYTES,
+    "dram__bytes_write.sum": _BYTES,
+    "gpu__time_duration.sum": _TIME,
+    **{metric: _COUNT for metric in (*MIX_METRICS, *GMMA_METRIC)},
+}
 
 
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
@@ -163,8 +195,9 @@ def _csv_fields(line: str) -> list[str] | None:
         return None
 
 
-def parse_ncu_csv(text: str) -> list[Kernel]:
-    """Kernels (in ncu's ID order) from ncu's ``--csv`` output, with our metrics in bytes and ns.
+def parse_ncu_csv(text: str, metrics: dict[str, str] = NCU_METRICS) -> list[Kernel]:
+    """Kernels (in ncu's ID order) from ncu's ``--csv`` output, with ``metrics`` (ncu name → column) in bytes,
+    ns and instructions.
 
     Reads the default "details" page (long: one line per kernel and metric, columns ``ID``, ``Kernel
     Name``, ``Metric Name``, ``Metric Unit``, ``Metric Value``) and the "raw" page (wide: one line per
@@ -189,10 +222,10 @@ def parse_ncu_csv(text: str) -> list[Kernel]:
         row = dict(zip(header, fields, strict=True))
         if "Metric Name" in header:  # details page: one metric per line
             metric = row["Metric Name"].strip()
-            if metric not in NCU_METRICS:
+            if metric not in metrics:
                 continue
             kernel = _kernel(kernels, row)
-            kernel.values[NCU_METRICS[metric]] = to_base_unit(metric, row.get("Metric Unit", ""), row["Metric Value"])
+            kernel.values[metrics[metric]] = to_base_unit(metric, row.get("Metric Unit", ""), row["Metric Value"])
             continue
         # raw page: the line under the header holds the units
         if not row["ID"].strip().isdigit():
@@ -200,7 +233,7 @@ def parse_ncu_csv(text: str) -> list[Kernel]:
                 wide_units = row
             continue
         kernel = _kernel(kernels, row)
-        for metric, column in NCU_METRICS.items():
+        for metric, column in metrics.items():
             if metric in row:
                 unit = (wide_units or {}).get(metric, "")
                 kernel.values[column] = to_base_unit(metric, unit, row[metric])
@@ -294,8 +327,8 @@ def _roles(impl: str, names: list[str]) -> list[str]:
     return ["qk" if i < first else "pv" if i > last else "softmax" for i in range(len(names))]
 
 
-def assemble(sidecar: dict, kernels: list[Kernel], env: dict) -> list[dict]:
-    """Rows for every point the target ran: its kernels' metrics (ok points) or its status."""
+def assemble(sidecar: dict, kernels: list[Kernel], env: dict, columns: list[str] = METRIC_COLUMNS) -> list[dict]:
+    """Rows for every point the target ran: its kernels' ``columns`` (ok points) or its status."""
     points = sidecar.get("points")
     if points is None:
         raise NcuOutputError("the sidecar lists no points")
@@ -328,11 +361,11 @@ def assemble(sidecar: dict, kernels: list[Kernel], env: dict) -> list[dict]:
         )
         for j, (k, role) in enumerate(zip(seg, roles, strict=True)):
             row = {**base, "kernel": k.name, "kernel_index": j, "kernel_role": role, "status": "ok"}
-            row.update({c: k.values.get(c, math.nan) for c in METRIC_COLUMNS})
+            row.update({c: k.values.get(c, math.nan) for c in columns})
             # a step's model belongs to a kernel only when that kernel is the whole step
             if role in per_role and roles.count(role) == 1 and not p["causal"]:
                 row["model_kernel_bytes"] = per_role[role]
-            missing = [c for c in METRIC_COLUMNS if _isnan(row[c])]
+            missing = [c for c in columns if _isnan(row[c])]
             if missing:
                 row.update(status="error", message=f"ncu gave no value for {missing}")
             rows.append(row)
@@ -356,7 +389,15 @@ def unsupported_reason() -> str | None:
     return None
 
 
-def ncu_command(spec: Spec, spec_json: Path, sidecar_json: Path, ncu: str = "ncu") -> list[str]:
+def ncu_command(
+    spec: Spec,
+    spec_json: Path,
+    sidecar_json: Path,
+    ncu: str = "ncu",
+    metrics: dict[str, str] = NCU_METRICS,
+    base_units: bool = False,
+) -> list[str]:
+    """``base_units``: values printed unscaled (the instruction counts: no Kinst or Minst to convert)."""
     return [
         ncu,
         "--clock-control",
@@ -364,8 +405,9 @@ def ncu_command(spec: Spec, spec_json: Path, sidecar_json: Path, ncu: str = "ncu
         "--profile-from-start",
         "off",
         "--metrics",
-        ",".join(NCU_METRICS),
+        ",".join(metrics),
         "--csv",
+        *(["--print-units", "base"] if base_units else []),
         *spec.ncu_args,
         sys.executable,
         "-m",
@@ -445,16 +487,46 @@ def run(spec: Spec, env: dict, device: str, log_line: Callable[[str], None], fil
         (workdir / "unsupported.txt").write_text(why + "\n")  # say why the folder is bare
         return planned_rows(points, env, "unsupported", why)
 
-    spec_json, sidecar_json = (workdir / "spec.json").resolve(), (workdir / "sidecar.json").resolve()
+    mix = [p for p in points if p["experiment"] == INST_MIX]
+    rows = _profile([p for p in points if p["experiment"] != INST_MIX], spec, env, workdir, log_line)
+    if mix:
+        rows += _profile(mix, spec, env, workdir, log_line, mix_metrics(_capability()), MIX_SUFFIX)
+    return rows
+
+
+def _capability() -> tuple[int, int]:
+    """The profiled GPU's compute capability ((0, 0) where it cannot be read)."""
+    try:
+        import torch
+
+        return tuple(torch.cuda.get_device_capability())
+    except Exception:
+        return (0, 0)
+
+
+def _profile(
+    points: list[dict],
+    spec: Spec,
+    env: dict,
+    workdir: Path,
+    log_line: Callable[[str], None],
+    metrics: dict[str, str] = NCU_METRICS,
+    suffix: str = "",
+) -> list[dict]:
+    """One ncu pass over ``points`` collecting ``metrics``; its side files are named with ``suffix``."""
+    if not points:
+        return []
+    spec_json, sidecar_json = (workdir / f"spec{suffix}.json").resolve(), (workdir / f"sidecar{suffix}.json").resolve()
     spec_json.write_text(json.dumps({"points": points, "seed": spec.seed}, indent=2) + "\n")
     sidecar_json.unlink(missing_ok=True)  # a sidecar from an earlier run must not pass for this one's
-    cmd = ncu_command(spec, spec_json, sidecar_json, ncu=shutil.which("ncu") or "ncu")
-    (workdir / "command.txt").write_text(shlex.join(cmd) + "\n")
+    ncu = shutil.which("ncu") or "ncu"
+    cmd = ncu_command(spec, spec_json, sidecar_json, ncu, metrics, base_units=metrics is not NCU_METRICS)
+    (workdir / f"command{suffix}.txt").write_text(shlex.join(cmd) + "\n")
     log_line(f"traffic: {len(points)} points under ncu: {shlex.join(cmd)}")
 
     result = _run_profiler(cmd, spec.timeout_s)
-    (workdir / "ncu_stdout.txt").write_text(result.stdout or "")
-    (workdir / "ncu_stderr.txt").write_text(result.stderr or "")
+    (workdir / f"ncu_stdout{suffix}.txt").write_text(result.stdout or "")
+    (workdir / f"ncu_stderr{suffix}.txt").write_text(result.stderr or "")
     if result.timed_out:
         message = f"ncu timed out after {spec.timeout_s:g} s: {_diagnosis(result)}"
         return planned_rows(points, env, "error", message)
@@ -464,8 +536,8 @@ def run(spec: Spec, env: dict, device: str, log_line: Callable[[str], None], fil
     try:
         sidecar = json.loads(sidecar_json.read_text())
         # ncu prints its results on stdout; should a version print them with its messages, read those
-        kernels = parse_ncu_csv(result.stdout) or parse_ncu_csv(result.stderr or "")
-        return assemble(sidecar, kernels, env)
+        kernels = parse_ncu_csv(result.stdout, metrics) or parse_ncu_csv(result.stderr or "", metrics)
+        return assemble(sidecar, kernels, env, list(metrics.values()))
     except (OSError, ValueError, KeyError) as exc:  # NcuOutputError and JSON errors are ValueErrors
         message = f"{type(exc).__name__}: {exc} | ncu: {_diagnosis(result)}"
         return planned_rows(points, env, "error", message[:2000])

@@ -47,6 +47,7 @@ def test_disabled_experiments_make_no_shards():
             "block_sweep",
             "rescale_ablation",
             "decode",
+            "decode_serving",
             "varlen",
             "memory",
             "fa2_setting",

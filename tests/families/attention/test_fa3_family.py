@@ -60,6 +60,7 @@ def test_ablation_shards_from_the_config():
         "rescale_ablation",
         "memory",
         "decode",
+        "decode_serving",
         "fp8_speed",
         "fp8_accuracy",
         "varlen",

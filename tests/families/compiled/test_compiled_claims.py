@@ -104,3 +104,71 @@ def test_fa3_techniques_from_the_ablation(claims, costs, verdict):
     row = row[row["gpu"] == "h200"].iloc[0]
     assert row["verdict"] == verdict, row
     assert f"warp specialisation {costs[0]:+d}%" in row["observed"]
+
+
+# ---- tc-95-inner: the inner loop's instruction mix -------------------------------------------------------
+
+MIX_90 = dict(loop_mma=16, loop_instructions=555, loop_tensor_flops=1048576.0, loop_other_flops=12800.0)
+MIX_80 = dict(loop_mma=256, loop_instructions=952, loop_tensor_flops=1048576.0, loop_other_flops=12800.0)
+PIPES = dict(loop_pipe_fma=241, loop_pipe_alu=144, loop_pipe_xu=66, loop_pipe_memory=29, loop_pipe_uniform=52)
+
+
+def _mix_rows():
+    return [
+        _compiled_row("mma-issue", "sm_90", target="sm_90", tile_m=128, loop_pipe_tensor=16, **PIPES, **MIX_90),
+        _compiled_row("mma-issue", "sm_80", target="sm_80", tile_m=128, loop_pipe_tensor=256, **PIPES, **MIX_80),
+    ]
+
+
+def _inst_mix_row(gpu="h200", status="ok", **counts) -> dict:
+    base = dict(experiment="traffic-inst-mix", impl="ours-fa2", seqlen=8192, head_dim=128, status=status, message="")
+    return {**base, "gpu": gpu, **counts}
+
+
+def test_tc_inner_static_mix_decides_without_a_profiler(claims):
+    """Only the compiled table: the static share of tensor-core instructions per warp per tile decides; the
+    FLOP share and the wgmma / mma.sync work ratio are in the evidence."""
+    verdicts = _judge("tc-95-inner", _claims_ctx(_mix_rows()), claims)
+    assert list(verdicts["gpu"]) == [ANALYTIC]
+    row = verdicts.iloc[0]
+    assert row["verdict"] == "fails"
+    assert (
+        row["observed"].startswith("2.9% on sm_90 (16 wgmma of 555 instructions")
+        and "26.9% on sm_80" in row["observed"]
+    )
+    assert "98.8% of the FLOPs" in row["observed"]
+    assert (
+        "the share of instructions decides" in row["note"]
+        and "work of 16 mma.sync (65536 against 4096 FLOPs per warp)" in row["note"]
+    )
+
+
+def test_tc_inner_executed_counts_decide_on_a_profiled_gpu(claims):
+    ctx = _claims_ctx(_mix_rows())
+    traffic = pd.DataFrame(
+        [
+            _inst_mix_row(inst_executed=1.0e9, inst_tensor_hmma=0.0, inst_tensor_gmma=3.0e7, inst_fma=4.4e8),
+            _inst_mix_row(gpu="a100", inst_executed=1.0e9, inst_tensor_hmma=9.6e8),  # an imagined tensor-bound run
+        ]
+    )
+    other = pd.DataFrame([dict(experiment="traffic-scaling", impl="naive", seqlen=1024, head_dim=64, status="ok")])
+    frames = {"h200": traffic[traffic["gpu"] == "h200"], "a100": traffic[traffic["gpu"] == "a100"], "h100": other}
+    ctx.tables["traffic"] = Results(frames, {g: f"{g}/traffic.csv" for g in frames})
+    verdicts = _judge("tc-95-inner", ctx, claims).set_index("gpu")
+    assert set(verdicts.index) == {ANALYTIC, "h200", "a100"}  # h100 has no instruction-mix pass: no verdict
+    assert verdicts.loc["h200", "verdict"] == "fails" and verdicts.loc["h200", "observed"].startswith(
+        "3.0% of executed"
+    )
+    assert "fma 44%" in verdicts.loc["h200", "note"] and "static SASS mix beside it" in verdicts.loc["h200", "note"]
+    assert verdicts.loc["a100", "verdict"] == "holds"
+
+
+def test_tc_inner_a_failed_profile_is_untestable_with_ncu_s_reason(claims):
+    ctx = _claims_ctx(_mix_rows())
+    bad = pd.DataFrame(
+        [_inst_mix_row(status="error", message="==ERROR== Failed to find metric sm__inst_executed_pipe_x")]
+    )
+    ctx.tables["traffic"] = Results({"h200": bad}, {"h200": "traffic.csv"})
+    verdicts = _judge("tc-95-inner", ctx, claims).set_index("gpu")
+    assert verdicts.loc["h200", "verdict"] == "untestable" and "Failed to find metric" in verdicts.loc["h200", "note"]
+    assert verdicts.loc[ANALYTIC, "verdict"] == "fails"

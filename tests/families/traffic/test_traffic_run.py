@@ -224,6 +224,80 @@ def test_run_end_to_end_with_a_fake_ncu(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "raw" / "spec.json").read_text())["points"][0]["impl"] == "naive"
 
 
+def test_spec_plans_the_instruction_mix_point_last():
+    points = _spec(inst_mix={"seqlen": 8192, "head_dim": 128, "batch": 2}).planned()
+    assert points[-1] == dict(
+        experiment="traffic-inst-mix",
+        impl="ours-fa2",
+        seqlen=8192,
+        head_dim=128,
+        config=None,
+        dtype="float16",
+        batch=2,
+        heads=16,
+        causal=False,
+    )
+    assert [p for p in _spec(inst_mix={"seqlen": 0}).planned() if p["experiment"] == "traffic-inst-mix"] == []
+    with pytest.raises(ValueError, match=r"inst_mix has unknown keys \['n'\]"):
+        _spec(inst_mix={"n": 1})
+
+
+MIX_NCU = f"""
+    args = sys.argv[1:]
+    metrics = args[args.index("--metrics") + 1].split(",")
+    mix = "smsp__inst_executed.sum" in metrics
+    if mix and "--print-units" not in args:
+        sys.exit("the instruction counts must be printed in base units")
+    if mix and FAIL_MIX:
+        print("==ERROR== Failed to find metric sm__inst_executed_pipe_tensor_op_gmma.sum", file=sys.stderr)
+        sys.exit(1)
+    spec, sidecar = Path(args[-2]), Path(args[-1])
+    points = json.loads(spec.read_text())["points"]
+    assert all((p["experiment"] == "traffic-inst-mix") == mix for p in points), points
+    print('{HEADER}')
+    kid, done = 0, []
+    for p in points:
+        for name in ["_traffic_point_marker", "_attn_fwd_kernel"]:
+            for i, metric in enumerate(metrics):
+                unit, value = ("inst", str(1000 * (i + 1))) if mix else ("byte", "1,000")
+                if metric == "gpu__time_duration.sum":
+                    unit, value = "usecond", "2"
+                print(f'"{{kid}}","1","python","h","{{name}}","1","7","(1,1,1)","(1,1,1)","0","9.0","s",'
+                      f'"{{metric}}","{{unit}}","{{value}}"')
+            kid += 1
+        done.append(dict(p, status="ok", message="", marked=True, kernel_config=""))
+    sidecar.write_text(json.dumps({{"l2_cache_bytes": 52428800, "points": done}}))
+"""
+
+
+@pytest.mark.parametrize("fail_mix", [False, True], ids=["both-passes", "mix-pass-fails"])
+def test_the_instruction_mix_is_a_second_ncu_pass(tmp_path, monkeypatch, fail_mix):
+    """Its own metrics in base units, Hopper's wgmma among them, its own side files; when it fails, its rows
+    say why and the DRAM rows stand."""
+    _fake_ncu(tmp_path, f"\n    FAIL_MIX = {fail_mix}" + MIX_NCU, monkeypatch)
+    monkeypatch.setattr(traffic, "_capability", lambda: (9, 0))
+    fields = {**SMALL, "impls": ["ours-fa2"], "block_sweep": {}, "inst_mix": {"seqlen": 4096, "head_dim": 64}}
+    df = _run(fields, tmp_path)
+    dram, mix = df[df["experiment"] != "traffic-inst-mix"], df[df["experiment"] == "traffic-inst-mix"]
+    assert len(dram) == 2 and set(dram["status"]) == {"ok"} and dram["inst_executed"].isna().all()
+    command = (tmp_path / "raw" / "command-inst-mix.txt").read_text()
+    assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in command and "--print-units base" in command
+    assert len(mix) == 1
+    if fail_mix:
+        assert mix["status"].iloc[0] == "error" and "Failed to find metric" in mix["message"].iloc[0]
+        return
+    row = mix.iloc[0]
+    assert row["status"] == "ok" and row["inst_executed"] == 1000 and row["inst_tensor_hmma"] == 2000
+    assert row["inst_tensor_gmma"] == 8000  # the last metric asked for, Hopper's
+    assert json.loads((tmp_path / "raw" / "spec-inst-mix.json").read_text())["points"][0]["seqlen"] == 4096
+
+
+def test_instruction_counts_without_base_units_still_convert():
+    assert traffic.to_base_unit("smsp__inst_executed.sum", "Minst", "1.5") == 1.5e6
+    assert traffic.mix_metrics((8, 0)) == traffic.MIX_METRICS
+    assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in traffic.mix_metrics((9, 0))
+
+
 # ---- the profiled program, on the CPU ----------------------------------------------------------------
 
 
