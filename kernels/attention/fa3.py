@@ -1,4 +1,4 @@
-"""FlashAttention-3's forward for Hopper (sm_90) in Gluon, and FP8's use of it; the backward is FA-2's.
+"""FlashAttention-3's forward for Hopper (sm_90) in Gluon, and FP8's use of it; FA-2's backward, or FA-3's.
 
 The FA-2 algorithm on FlashAttention-3's schedule: a producer loading K/V with TMA into a ring of
 mbarrier-guarded shared-memory slots, two consumer warpgroups of 64 query rows running WGMMA and the
@@ -13,6 +13,9 @@ dims or float32 (``fa2`` does), other GPUs, Triton's interpreter, dropout, varle
 sm_90 on the CPU, every head dim and schedule, the SASS checked (tests/kernels/test_fa3_compile.py); on an
 H200 against float64 (tests/kernels/test_fa3.py). The kernel is in ``fa3_kernels.py``, its tiles' pieces in
 ``fa3_tiles.py``, the host side (TMA's descriptors, the cached launcher) in ``fa3_host.py``.
+
+Backward (``attention``): FA-2's Triton backward by default; ``backward="fa3"`` selects FA-3's Gluon backward
+(``fa3_bwd``), which is compiled and emulated on the CPU but not yet verified on a GPU, and so not the default.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 import triton
 
 from kernels._runtime import check_flag, device_guard, softmax_scale
-from kernels.attention import fa2
+from kernels.attention import fa2, fa3_bwd
 from kernels.attention.common import check_tensors
 from kernels.attention.fa3_host import GluonLauncher, check_hopper, gl_dtype, tma_arg
 
@@ -523,21 +526,61 @@ def forward_fp8(
     return out, lse
 
 
+BACKWARDS = ("fa2", "fa3")
+
+
+class _Backward(typing.NamedTuple):
+    """Which backward ``attention`` builds: FA-2's (Triton, deterministic), or FA-3's (``fa3_bwd``) with its
+    schedule and dQ order."""
+
+    kind: str
+    schedule: fa3_bwd.BwdSchedule
+    deterministic: bool
+
+
+def _backward_of(backward, backward_schedule, deterministic, head_dim: int) -> _Backward:
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    deterministic = check_flag("deterministic", deterministic)
+    bwd_schedule = fa3_bwd.schedule_of(backward_schedule)
+    if backward == "fa3" and head_dim not in fa3_bwd.HEAD_DIMS:
+        raise NotImplementedError(
+            f"backward='fa3' handles head dims {', '.join(map(str, fa3_bwd.HEAD_DIMS))}, got {head_dim}; "
+            "backward='fa2' handles every head dim"
+        )
+    return _Backward(backward, bwd_schedule, deterministic)
+
+
 class _FlashAttention3(torch.autograd.Function):
-    """Forward with the FA-3 kernel; backward with FA-2's, which recomputes P from the same logsumexp."""
+    """Forward with the FA-3 kernel; backward with FA-2's or FA-3's, both recomputing P from its logsumexp."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, schedule):
+    def forward(ctx, q, k, v, causal, sm_scale, schedule, bwd):
         out, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale, schedule=schedule)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.causal, ctx.sm_scale, ctx.bwd = causal, sm_scale, bwd
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = fa2.backward(grad_out, q, k, v, out, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None, None
+        bwd = ctx.bwd
+        if bwd.kind == "fa3":
+            dq, dk, dv = fa3_bwd.backward(
+                grad_out,
+                q,
+                k,
+                v,
+                out,
+                lse,
+                ctx.causal,
+                ctx.sm_scale,
+                deterministic=bwd.deterministic,
+                schedule=bwd.schedule,
+            )
+        else:
+            dq, dk, dv = fa2.backward(grad_out, q, k, v, out, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -553,6 +596,9 @@ def attention(
     sm_scale: float | None = None,
     *,
     schedule: Schedule | str = "fa3",
+    backward: str = "fa2",
+    deterministic: bool = False,
+    backward_schedule: fa3_bwd.BwdSchedule | str = "fa3",
 ) -> torch.Tensor:
     """FlashAttention-3 forward: ``softmax(q kᵀ · sm_scale [+ causal mask]) v`` on a Hopper GPU.
 
@@ -562,12 +608,21 @@ def attention(
         causal: mask keys after the query, aligned to the bottom-right corner when Nq ≠ Nk.
         sm_scale: score scale, default ``1/sqrt(d)``.
         schedule: a ``Schedule`` or a name in ``SCHEDULES``; the default is FA-3's full schedule.
+        backward: the backward pass autograd runs: ``"fa2"`` (the default: FA-2's Triton backward,
+            deterministic, every head dim) or ``"fa3"`` (``fa3_bwd``: the Gluon FA-3 backward, head dims 64
+            and 128, **not yet verified on a GPU**, hence not the default).
+        deterministic: with ``backward="fa3"``, dQ's adds in a fixed order (bit-identical gradients run to
+            run); without it dQ's last bits can change between runs. (FA-2's backward is deterministic.)
+        backward_schedule: with ``backward="fa3"``, a ``fa3_bwd.BwdSchedule`` or a name in
+            ``fa3_bwd.SCHEDULES`` (the backward's ablation).
 
-    Returns: ``[B, H, Nq, d]`` in the input dtype. Differentiable (FA-2's deterministic backward).
+    Returns: ``[B, H, Nq, d]`` in the input dtype. Differentiable.
     Raises ``TypeError``/``ValueError`` for bad inputs (as ``fa2``), ``NotImplementedError`` for other head
     dims and ``RuntimeError`` off Hopper or in the interpreter.
     """
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
-        return _FlashAttention3.apply(q, k, v, causal, sm_scale, schedule)
+        head_dim = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() else 0
+        bwd = _backward_of(backward, backward_schedule, deterministic, head_dim)
+        return _FlashAttention3.apply(q, k, v, causal, sm_scale, schedule, bwd)
     out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale, schedule=schedule)
     return out

@@ -2,8 +2,8 @@
 launch caches and what they are keyed on.
 
 The Gluon kernels need a Hopper GPU, but everything before the launch runs on the CPU: the argument checks,
-the copy decisions, the descriptors and the launcher's caches. Here the launch is stubbed (``fa3._launcher``)
-and the Hopper check switched off, so the arguments a kernel would get can be read.
+the copy decisions, the descriptors and the launcher's caches. Here the launch is stubbed (``fa3._launcher``,
+``fa3_bwd._launcher``) and the Hopper check switched off, so the arguments a kernel would get can be read.
 The launcher's keys are checked against Triton's own binder, built for sm_90 without a GPU.
 """
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from attention_checks import random_tensors
 
-from kernels.attention import fa3, fa3_host
+from kernels.attention import fa3, fa3_bwd, fa3_host
 from kernels.attention.fa3_host import GluonLauncher, Tma
 
 F16 = torch.float16
@@ -98,7 +98,9 @@ def stubbed(monkeypatch):
         return lambda grid, args, constexprs, options: calls.append((kernel, grid, args, constexprs, options))
 
     monkeypatch.setattr(fa3, "check_hopper", lambda q: None)
+    monkeypatch.setattr(fa3_bwd, "check_hopper", lambda q: None)
     monkeypatch.setattr(fa3, "_launcher", launcher)
+    monkeypatch.setattr(fa3_bwd, "_launcher", launcher)
     return calls
 
 
@@ -127,6 +129,25 @@ def test_forward_passes_aligned_views_as_they_are(stubbed):
     fa3.forward(q, k, v)
     q_desc, k_desc, v_desc, o_desc, *pointers = _tensor_args(stubbed[0][2])[:7]
     assert all(t.data_ptr() == base.data_ptr() for t in (q_desc, k_desc, v_desc, *pointers))
+
+
+def test_backward_copies_unaligned_inputs_and_grad(stubbed):
+    """``fa3_bwd.backward`` (preprocess and dQ conversion in the interpreter, the Gluon kernel stubbed): q, k,
+    v and dO at odd offsets reach it as aligned copies, and its descriptors, the rows' ones included, build."""
+    b, h, n, d = 1, 2, 70, 64
+    q, k, v, do = (_unaligned((b, h, n, d), seed=s) for s in range(4))
+    out = random_tensors([(b, h, n, d)], F16, "cpu")[0]
+    lse = torch.zeros(b, h, n)
+    fa3_bwd.backward(do, q, k, v, out, lse, causal=True)
+    (_, grid, args, constexprs, _) = stubbed[0]
+    descs = [a for a in args if isinstance(a, Tma)]
+    assert len(descs) == 6
+    for a in descs:
+        assert a.base.data_ptr() % 16 == 0
+        a.descriptor()
+    for got, want in zip(args[6:10], (q, k, v, do), strict=True):
+        assert got.data_ptr() % 16 == 0 and torch.equal(got, want)
+    assert grid == (1, b * h, 1) and constexprs["IS_CAUSAL"]
 
 
 # ---------------------------------------------------------------------------------------------------
