@@ -166,8 +166,8 @@ def test_full_config_plans_the_bigger_grids(tmp_path):
 def test_default_budget_is_the_one_quoted_in_the_config():
     """The point counts and seconds quoted in workflow/config.yaml, under each family's section, are what the
     families' plans compute now, and the default grid stays within its budget (warm cache): under 7 minutes of
-    attention points (FA-3's included), under 2.5 more for fp8-speed and fp8-accuracy, and under 9 minutes for
-    both (the pipeline's other rules and first-run compiles fill the rest of ~10)."""
+    attention points (FA-3's forward and backward included), under 2.5 more for fp8-speed and fp8-accuracy, and
+    under 9.5 minutes for both (with the other families and the first-run compiles, about 15 on a fresh H200)."""
     config = configuration.load_config([CONFIG])
     quoted = budget.quoted(CONFIG.read_text())
     estimated = [f for f in registry.FAMILIES.values() if budget.estimates(f)]
@@ -178,8 +178,8 @@ def test_default_budget_is_the_one_quoted_in_the_config():
         name: sum(e["seconds"] for e in budget.budget(registry.family(name), config).values())
         for name in ("attention", "fp8")
     }
-    assert seconds["attention"] <= 400 and seconds["fp8"] <= 150
-    assert seconds["attention"] + seconds["fp8"] <= 540
+    assert seconds["attention"] <= 420 and seconds["fp8"] <= 150
+    assert seconds["attention"] + seconds["fp8"] <= 570
 
 
 def test_disabled_sections_plan_no_jobs_of_theirs(tmp_path):

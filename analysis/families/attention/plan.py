@@ -22,10 +22,10 @@ from analysis.families._shared import attention_plan as shared
 from analysis.families._shared.fa3_ablation import FA3_IMPLS
 
 VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
-IMPLS = shared.DENSE_IMPLS + ("ours-fa2-eager",) + shared.DECODE_IMPLS + VARLEN_IMPLS + FA3_IMPLS
+IMPLS = shared.DENSE_IMPLS + ("ours-fa2-eager",) + shared.DECODE_IMPLS + VARLEN_IMPLS + FA3_IMPLS + (shared.FA3_BWD,)
 # Which implementations each experiment can run.
 EXPERIMENT_IMPLS = {
-    "fa2-setting": ("ours-fa3",) + shared.DENSE_IMPLS,
+    "fa2-setting": ("ours-fa3", shared.FA3_BWD) + shared.DENSE_IMPLS,
     "fa1-setting": shared.DENSE_IMPLS,
     "gain-surface": shared.DENSE_IMPLS,
     "block-sweep": ("ours-fa2",),
