@@ -27,12 +27,11 @@ import os
 import typing
 
 import torch
-import triton
 
 from kernels._runtime import check_flag, device_guard, softmax_scale
 from kernels.attention import fa2, fa3_bwd
 from kernels.attention.common import check_tensors
-from kernels.attention.fa3_host import GluonLauncher, check_hopper, gl_dtype, tma_arg
+from kernels.attention.fa3_host import GluonLauncher, cdiv, check_hopper, gl_dtype, tma_arg
 
 __all__ = [
     "FA3Config",
@@ -343,7 +342,7 @@ def _launch(
     _, o_desc = tma_arg(out, (rows, d))
     scales = fp8 if fp8 is not None else (lse, lse, lse)
     strides = tuple(x for sc in scales for x in scale_strides(sc)) if fp8 is not None else (0,) * 9
-    grid = (triton.cdiv(seqlen_q, config.cta_rows), b * h, 1)
+    grid = (cdiv(seqlen_q, config.cta_rows), b * h, 1)
     args = (
         (q_desc, k_desc, v_desc, o_desc, q, k, v, lse, *scales)
         + q.stride()[:3]
@@ -413,7 +412,7 @@ def fp8_row_sums(head_dim: int, schedule: Schedule | str | None = None) -> str:
 
 def _fp8_width(n: int) -> int:
     """Columns of the FP8 V layout for ``n`` keys: rounded up to whole groups."""
-    return triton.cdiv(n, FP8_KEY_GROUP) * FP8_KEY_GROUP
+    return cdiv(n, FP8_KEY_GROUP) * FP8_KEY_GROUP
 
 
 def fp8_key_slots(n: int, device=None) -> torch.Tensor:

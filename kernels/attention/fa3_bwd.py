@@ -32,7 +32,7 @@ import triton.language as tl
 
 from kernels._runtime import LaunchCache, check_flag, device_guard, softmax_scale
 from kernels.attention.common import check_grad_shapes, check_tensors
-from kernels.attention.fa3_host import GluonLauncher, Tma, check_hopper, tma_arg
+from kernels.attention.fa3_host import GluonLauncher, Tma, cdiv, check_hopper, tma_arg
 
 __all__ = [
     "BwdConfig",
@@ -283,6 +283,7 @@ def backward_kernel():
     return fa3_bwd_kernels._fa3_bwd_kernel
 
 
+@functools.cache
 def row_layout():
     """The shared layout of the logsumexp and Δ rows' TMA blocks: unswizzled (one row of fp32)."""
     from triton.experimental.gluon import language as gl
@@ -295,11 +296,11 @@ def tile_range(j: int, seqlen_q: int, seqlen_k: int, block_m: int, causal: bool)
     i_lo … i_mid - 1 are masked (crossing the bottom-right-aligned causal diagonal, or all of them where the
     block runs past the last key). The kernel computes the same in Gluon (``_fa3_bwd_kernel``)."""
     start_n = j * BLOCK_N
-    n_m = triton.cdiv(seqlen_q, block_m)
+    n_m = cdiv(seqlen_q, block_m)
     if causal:
         off = seqlen_k - seqlen_q
         i_lo = max(start_n - off, 0) // block_m
-        i_mid = triton.cdiv(max(start_n + BLOCK_N - 1 - off, 0), block_m)
+        i_mid = cdiv(max(start_n + BLOCK_N - 1 - off, 0), block_m)
     else:
         i_lo = i_mid = 0
     if start_n + BLOCK_N > seqlen_k:
@@ -322,9 +323,9 @@ def _check_head_dim(head_dim: int) -> None:
 
 
 class Work(typing.NamedTuple):
-    """The backward's fp32 buffers: the rows (logsumexp in log2, Δ: ``[2, B·H, q_rows]``), the dQ accumulator
-    ``[B·H, q_rows, d]`` and the semaphores ``[B·H, q_rows / block_m, 2]`` (a placeholder unless
-    deterministic)."""
+    """The backward's buffers: the rows (logsumexp in log2, Δ: ``[2, B·H, q_rows]`` fp32), the dQ accumulator
+    ``[B·H, q_rows, d]`` fp32 and the semaphores ``[B·H, q_rows / block_m, 2]`` int32 (one element, unused,
+    unless deterministic)."""
 
     rows: torch.Tensor
     dq_acc: torch.Tensor
@@ -335,12 +336,14 @@ class Work(typing.NamedTuple):
 def prepare(do, q, out, lse, block_m: int, deterministic: bool) -> Work:
     """The preprocess: buffers allocated (one each) and filled by one Triton launch."""
     b, h, seqlen_q, d = q.shape
-    n_m = triton.cdiv(seqlen_q, block_m)
+    n_m = cdiv(seqlen_q, block_m)
     q_rows = n_m * block_m
-    rows = torch.empty((2, b * h, q_rows), device=q.device, dtype=torch.float32)
-    dq_acc = torch.empty((b * h, q_rows, d), device=q.device, dtype=torch.float32)
+    # one allocation for the rows and the accumulator (the rows end on a 256-byte boundary: q_rows % 64 == 0)
+    fp32 = torch.empty((b * h * q_rows * (2 + d),), device=q.device, dtype=torch.float32)
+    rows = fp32[: 2 * b * h * q_rows].view(2, b * h, q_rows)
+    dq_acc = fp32[2 * b * h * q_rows :].view(b * h, q_rows, d)
     sems = NUM_CONSUMERS if deterministic else 0
-    sem = torch.empty((b * h, n_m, max(sems, 1)), device=q.device, dtype=torch.int32)
+    sem = torch.empty((b * h, n_m, sems) if sems else (1,), device=q.device, dtype=torch.int32)
     args = (out, do, lse, rows, dq_acc, sem, *out.stride(), *do.stride(), *lse.stride(), h, seqlen_q, q_rows)
     with device_guard(q):
         _PREPROCESS.launch((n_m, b * h, 1), args, dict(HEAD_DIM=d, BLOCK_M=block_m, SEMS=sems), 4, 1)
@@ -368,7 +371,7 @@ def _launch(do, q, k, v, work, dk, dv, *, causal, sm_scale, config, schedule, de
     block = (1, config.block_m)
     lse_desc = Tma(lse2, tuple(lse2.shape), tuple(lse2.stride()), block, layout)
     delta_desc = Tma(delta, tuple(delta.shape), tuple(delta.stride()), block, layout)
-    grid = (triton.cdiv(seqlen_k, BLOCK_N), b * h_kv, 1)
+    grid = (cdiv(seqlen_k, BLOCK_N), b * h_kv, 1)
     args = (
         (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q, k, v, do, lse2, delta)
         + (work.dq_acc, work.sem, dk, dv)

@@ -14,10 +14,10 @@ tensor cores' own), and so the last bits of every fp32 sum.
 from __future__ import annotations
 
 import torch
-import triton
 
 from kernels._runtime import softmax_scale
 from kernels.attention import fa3_bwd
+from kernels.attention.fa3_host import cdiv
 
 __all__ = ["emulate"]
 
@@ -53,7 +53,7 @@ def emulate(
     sm_scale = softmax_scale(d, sm_scale)
     dtype = q.dtype
     block_n = fa3_bwd.BLOCK_N
-    n_blocks = triton.cdiv(seqlen_k, block_n)
+    n_blocks = cdiv(seqlen_k, block_n)
     work = fa3_bwd.prepare(do.to(dtype), q, out, lse, block_m, deterministic=False)
     lse2, delta = work.rows[0], work.rows[1]
     dq_acc = work.dq_acc
