@@ -4,7 +4,8 @@ FA-3's manner: a preprocess (Δ = rowsum(dO ∘ O), the logsumexp in log2, the f
 one CTA per block of 128 keys of a (batch, K/V head): a producer streams Q, dO and the rows' logsumexp and Δ
 through an mbarrier ring by TMA while two consumer warpgroups, 64 keys each, keep K and V in shared memory,
 run every product on WGMMA and accumulate dK and dV in registers over every query tile of every query head
-of the group (grouped-query heads are summed there, in order); dQ is added in fp32 with atomics, then
+of the group (grouped-query heads are summed there, in order); dQ is added in fp32 with atomics (by the
+consumers, or with ``BwdSchedule(dq_writer=True)`` by the producer partition from a staging buffer), then
 converted (``fa3_bwd_kernels.py`` says how each step runs). ``deterministic=True`` orders the adds of every
 dQ element by key block (a semaphore per query tile), so that two runs give the same bits; the default does
 not (the adds of different key blocks land in whatever order the CTAs reach them). Each technique can be
@@ -57,7 +58,10 @@ NUM_CONSUMERS = 2
 BLOCK_N = KEYS_PER_CONSUMER * NUM_CONSUMERS
 _LOG2E = 1.4426950408889634
 _REGISTERS_PER_SM = 65536
-_PRODUCER_REGS = {True: 24, False: 56}  # per producer thread: TMA needs no addresses; cp.async does
+# per producer thread, by (TMA, dQ writer): TMA copies need no addresses; per-thread copies, and the dQ
+# writer's adds, do (at 40 the writer's own loop compiles without spills; 56 left the consumers 224 and
+# they spilled 16 values a tile at d = 128)
+_PRODUCER_REGS = {(True, False): 24, (False, False): 56, (True, True): 40, (False, True): 56}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -169,24 +173,32 @@ class BwdSchedule:
     ``warp_specialize``: a producer partition issues the loads while the consumer warpgroups compute (off:
     one partition of eight warps issues its own TMA loads a ring ahead, and hands dSᵀ to dQ's product with a
     barrier of its own threads instead of an mbarrier between warpgroups). ``tma``: the producer loads with
-    the Tensor Memory Accelerator (off: per-thread ``cp.async`` copies). The dQ strategy (fp32 atomics from
-    the consumers, ordered or not) is ``backward``'s ``deterministic``."""
+    the Tensor Memory Accelerator (off: per-thread ``cp.async`` copies). ``dq_writer``, the dQ strategy: the
+    consumers stage their parts of dQ in shared memory and the producer partition adds them to the fp32
+    accumulator, a ring behind its loads (off: the consumers add their parts themselves, with vector atomic
+    reductions from their registers). Their order is ``backward``'s ``deterministic``, either way."""
 
     warp_specialize: bool = True
     tma: bool = True
+    dq_writer: bool = False
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             if not isinstance(getattr(self, f.name), bool):
                 raise TypeError(f"BwdSchedule.{f.name} must be a bool, got {getattr(self, f.name)!r}")
-        if not self.warp_specialize and not self.tma:
-            raise ValueError("without warp specialisation there is no producer to copy per thread: tma=True")
+        if not self.warp_specialize and (not self.tma or self.dq_writer):
+            raise ValueError(
+                "without warp specialisation there is no producer to copy per thread or to write dQ: "
+                "tma=True and dq_writer=False"
+            )
 
 
+# The ablation: FA-3's schedule, each technique switched off in turn, and the other dQ strategy.
 SCHEDULES = {
     "fa3": BwdSchedule(),
     "no-warp-specialize": BwdSchedule(warp_specialize=False),
     "no-tma": BwdSchedule(tma=False),
+    "dq-writer": BwdSchedule(dq_writer=True),
 }
 
 
@@ -251,11 +263,13 @@ def kernel_specialisation(
     """(constexprs, launch options) of one variant: what ``backward`` launches and what the compile tests
     build for sm_90 without a GPU. With warp specialisation the CTA is the producer warpgroup and two consumer
     warpgroups, launched at the register cap that lets one CTA fill an SM; ``setmaxnreg`` hands the
-    producer's share to the consumers (at most 240 each). Without, one partition of eight warps."""
+    producer's share to the consumers (at most 240 each; the producer keeps 24 registers a thread with TMA,
+    40 where it also writes dQ, 56 where it copies per thread). Without, one partition of eight warps."""
     ws = schedule.warp_specialize
     warps = 4 * (1 + NUM_CONSUMERS) if ws else 4 * NUM_CONSUMERS
     cap = min(255, _REGISTERS_PER_SM // (32 * warps)) // 8 * 8
-    consumer_regs = min(240, (cap * (1 + NUM_CONSUMERS) - _PRODUCER_REGS[schedule.tma]) // NUM_CONSUMERS // 8 * 8)
+    producer_regs = _PRODUCER_REGS[(schedule.tma, schedule.dq_writer)]
+    consumer_regs = min(240, (cap * (1 + NUM_CONSUMERS) - producer_regs) // NUM_CONSUMERS // 8 * 8)
     constexprs = dict(
         BLOCK_M=config.block_m,
         BLOCK_N=BLOCK_N,
@@ -266,6 +280,7 @@ def kernel_specialisation(
         USE_TMA=schedule.tma,
         DETERMINISTIC=bool(deterministic),
         CONSUMER_REGS=consumer_regs,
+        DQ_WRITER=schedule.dq_writer,
     )
     options = dict(num_warps=4, maxnreg=cap) if ws else dict(num_warps=warps)
     return constexprs, options

@@ -7,7 +7,8 @@ partition loads (TMA, or per-thread ``cp.async``); consumer warpgroups of 64 key
 on the rows of every product, Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, Pᵀ and dSᵀ, and accumulate dV += Pᵀ dO and
 dK += dSᵀ Q in registers. dSᵀ goes through shared memory (both consumers' halves) for dQ = dS K, which each
 consumer computes for its half of the tile (half the head dim, or half the rows where BLOCK_M = 128) and adds
-in fp32 to a global accumulator with atomics, in key-block order behind a semaphore when DETERMINISTIC. The
+in fp32 to a global accumulator with atomics (or, DQ_WRITER, stages for the producer partition to add), in
+key-block order behind a semaphore when DETERMINISTIC. The
 preprocess (Δ, the logsumexp in log2, the accumulator zeroed) and the conversion of dQ at the end are Triton
 kernels in ``fa3_bwd.py``. ``fa3_bwd.BwdSchedule`` says what each switch changes.
 """
@@ -44,22 +45,25 @@ def _mma_layout(warps_m, warps_n, n):
 @aggregate
 class BwdVariant:
     """Compile-time choices (``fa3_bwd.kernel_specialisation`` sets them): consumer warpgroups, warp
-    specialisation, TMA, the ordered dQ adds, the causal mask, and how dQ's tile is split between the
-    consumers (SPLIT_M: by rows, where BLOCK_M = 128; else by head-dim columns)."""
+    specialisation, TMA, the ordered dQ adds, who adds dQ (DQ_WRITER: the producer partition, from a staging
+    buffer; else the consumers), the causal mask, and how dQ's tile is split between the consumers (SPLIT_M:
+    by rows, where BLOCK_M = 128; else by head-dim columns)."""
 
     NUM_CONSUMERS: gl.constexpr
     WARP_SPECIALIZE: gl.constexpr
     USE_TMA: gl.constexpr
     DETERMINISTIC: gl.constexpr
+    DQ_WRITER: gl.constexpr
     IS_CAUSAL: gl.constexpr
     SPLIT_M: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, IS_CAUSAL, SPLIT_M):
+    def __init__(self, NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, DQ_WRITER, IS_CAUSAL, SPLIT_M):
         self.NUM_CONSUMERS = gl.constexpr(NUM_CONSUMERS)
         self.WARP_SPECIALIZE = gl.constexpr(WARP_SPECIALIZE)
         self.USE_TMA = gl.constexpr(USE_TMA)
         self.DETERMINISTIC = gl.constexpr(DETERMINISTIC)
+        self.DQ_WRITER = gl.constexpr(DQ_WRITER)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
         self.SPLIT_M = gl.constexpr(SPLIT_M)
 
@@ -158,9 +162,10 @@ class BwdSources:
 
 @aggregate
 class BwdBuffers:
-    """Shared memory: K_j and V_j, the ring (Q, dO, logsumexp and Δ rows per slot), dSᵀ of the block (two
-    buffers, tiles alternating); mbarriers: K/V loaded, each slot ready and released, each dSᵀ buffer
-    written by every consumer."""
+    """Shared memory: K_j and V_j, the ring (Q, dO, logsumexp and Δ rows per slot), Pᵀ and dSᵀ of the block
+    (dSᵀ two buffers, tiles alternating), each consumer's part of dQ staged for the writer (DQ_WRITER);
+    mbarriers: K/V loaded, each slot ready and released, each dSᵀ buffer written by every consumer, each
+    staged dQ full and drained."""
 
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
@@ -170,13 +175,16 @@ class BwdBuffers:
     delta: gl.shared_memory_descriptor
     p: gl.shared_memory_descriptor
     ds: gl.shared_memory_descriptor
+    dq: gl.shared_memory_descriptor
     kv_bar: gl.shared_memory_descriptor
     ready: gl.shared_memory_descriptor
     empty: gl.shared_memory_descriptor
     ds_bar: gl.shared_memory_descriptor
+    dq_full: gl.shared_memory_descriptor
+    dq_empty: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, k, v, q, do, lse, delta, p, ds, kv_bar, ready, empty, ds_bar):
+    def __init__(self, k, v, q, do, lse, delta, p, ds, dq, kv_bar, ready, empty, ds_bar, dq_full, dq_empty):
         self.k = k
         self.v = v
         self.q = q
@@ -185,10 +193,13 @@ class BwdBuffers:
         self.delta = delta
         self.p = p
         self.ds = ds
+        self.dq = dq
         self.kv_bar = kv_bar
         self.ready = ready
         self.empty = empty
         self.ds_bar = ds_bar
+        self.dq_full = dq_full
+        self.dq_empty = dq_empty
 
 
 @aggregate
@@ -292,10 +303,11 @@ def _load_rows(var, descs, src, bufs, prog, it, i, bh, pred=True):
 
 
 @gluon.jit
-def _producer(var, descs, src, bufs, prog):
-    """Loads only: K_j and V_j once, then every tile's rows into the ring as soon as the consumers have
-    released its slot, in the consumers' order (``_tile_of``). One thread issues the TMA copies, or the
-    partition's threads the per-thread ones."""
+def _producer(var, descs, src, bufs, prog, out):
+    """K_j and V_j once, then every tile's rows into the ring as soon as the consumers have released its slot,
+    in the consumers' order (``_tile_of``); one thread issues the TMA copies, or the partition's threads the
+    per-thread ones. DQ_WRITER: also the dQ writer, a ring behind its loads (tile t's dQ is staged before its
+    slot is released), then the last tiles'."""
     STAGES: gl.constexpr = bufs.q.shape[0]
     _load_kv(var, descs, src, bufs, prog)
     count = prog.n_m - prog.i_lo
@@ -306,6 +318,13 @@ def _producer(var, descs, src, bufs, prog):
             # a fresh mbarrier counts as having completed the phase before its first: the first lap passes
             mbarrier.wait(bufs.empty.index(it % STAGES), ((it // STAGES) & 1) ^ 1)
             _load_rows(var, descs, src, bufs, prog, it, i, bh)
+            if var.DQ_WRITER:  # the tile whose slot this one took is done: its dQ is staged
+                if it >= STAGES:
+                    _drain_dq(it - STAGES, var, bufs, prog, out)
+    if var.DQ_WRITER:
+        total = prog.group * count
+        for t in range(gl.maximum(total - STAGES, 0), total):
+            _drain_dq(t, var, bufs, prog, out)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -343,35 +362,63 @@ def _dq_operands(var, bufs, ds_buf, C: gl.constexpr):
 
 
 @gluon.jit
-def _add_dq(dq, var, prog, out, bh, i, C: gl.constexpr):
-    """This consumer's part of the tile's dQ into the fp32 accumulator, by atomics. DETERMINISTIC: after the
-    CTA of the key block before (its semaphore counts the blocks that have added to this part), so every
-    element gets its adds in key-block order."""
-    BM: gl.constexpr = dq.shape[0]
-    BD: gl.constexpr = dq.shape[1]
-    HEAD_DIM: gl.constexpr = BD * var.NUM_CONSUMERS if (var.WARP_SPECIALIZE and not var.SPLIT_M) else BD
-    layout: gl.constexpr = dq.type.layout
-    row0 = i * (BM * var.NUM_CONSUMERS if (var.WARP_SPECIALIZE and var.SPLIT_M) else BM)
+def _dq_part(var, bufs, i, C: gl.constexpr):
+    """(first row, first column) of consumer C's part of query tile i's dQ: with warp specialisation half the
+    rows (SPLIT_M) or half the head-dim columns; without, the whole tile."""
+    BLOCK_M: gl.constexpr = bufs.q.shape[1]
+    HEAD_DIM: gl.constexpr = bufs.k.shape[1]
+    row0 = i * BLOCK_M
     col0 = 0
     if var.WARP_SPECIALIZE:
         if var.SPLIT_M:
-            row0 = row0 + C * BM
+            row0 = row0 + C * (BLOCK_M // var.NUM_CONSUMERS)
         else:
-            col0 = C * BD
-    rows = row0 + gl.arange(0, BM, gl.SliceLayout(1, layout))
-    cols = col0 + gl.arange(0, BD, gl.SliceLayout(0, layout))
+            col0 = C * (HEAD_DIM // var.NUM_CONSUMERS)
+    return row0, col0
+
+
+@gluon.jit
+def _add_dq(vals, var, bufs, prog, out, bh, i, r0, C: gl.constexpr, WAIT: gl.constexpr, RELEASE: gl.constexpr):
+    """Rows r0 … of consumer C's part of tile i's dQ (``_dq_part``) added to the fp32 accumulator by atomics.
+    DETERMINISTIC: first (WAIT) after the CTA of the key block before (the semaphore of the part counts the
+    key blocks that have added to it), then (RELEASE) the semaphore advanced, so that every element gets its
+    adds in key-block order."""
+    HEAD_DIM: gl.constexpr = bufs.k.shape[1]
+    layout: gl.constexpr = vals.type.layout
+    row0, col0 = _dq_part(var, bufs, i, C)
+    rows = row0 + r0 + gl.arange(0, vals.shape[0], gl.SliceLayout(1, layout))
+    cols = col0 + gl.arange(0, vals.shape[1], gl.SliceLayout(0, layout))
     base = out.dq + bh.to(gl.int64) * prog.q_rows * HEAD_DIM
     ptrs = base + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
     if var.DETERMINISTIC:
         sem = out.sem + (bh.to(gl.int64) * prog.n_m + i) * var.NUM_CONSUMERS + C
-        # one thread reads (acquire) and the partition waits on its value: the key blocks before this one
-        while gl.atomic_add(sem, 0, sem="acquire", scope="gpu") != prog.j:
-            pass
-        gl.atomic_add(ptrs, dq, sem="relaxed", scope="gpu")
-        gl.thread_barrier()  # every thread's adds issued before the release below
-        gl.atomic_add(sem, 1, sem="release", scope="gpu")
+        if WAIT:  # one thread reads (acquire) and the partition waits on its value
+            while gl.atomic_add(sem, 0, sem="acquire", scope="gpu") != prog.j:
+                pass
+        gl.atomic_add(ptrs, vals, sem="relaxed", scope="gpu")
+        if RELEASE:
+            gl.thread_barrier()  # every thread's adds issued before the release below
+            gl.atomic_add(sem, 1, sem="release", scope="gpu")
     else:
-        gl.atomic_add(ptrs, dq, sem="relaxed", scope="gpu")
+        gl.atomic_add(ptrs, vals, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def _drain_dq(t, var, bufs, prog, out):
+    """The writer (DQ_WRITER: the producer partition): every consumer's staged part of tile t's dQ added to
+    the accumulator, a few rows at a time (few registers), then the staging buffer handed back."""
+    ROWS: gl.constexpr = bufs.dq.shape[1]
+    COLS: gl.constexpr = bufs.dq.shape[2]
+    CHUNK: gl.constexpr = 4 * 32 * gl.num_warps() // COLS  # rows a pass: four floats a thread
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (COLS // 4), COLS // 4], [gl.num_warps(), 1], [1, 0])
+    i, bh = _tile_of(t, prog)
+    for c in gl.static_range(var.NUM_CONSUMERS):
+        staged = bufs.dq.index(c)
+        mbarrier.wait(bufs.dq_full.index(c), t & 1)
+        for r in gl.static_range(0, ROWS, CHUNK):
+            vals = staged.slice(r, CHUNK).load(layout)
+            _add_dq(vals, var, bufs, prog, out, bh, i, r, c, r == 0, r + CHUNK >= ROWS)
+        mbarrier.arrive(bufs.dq_empty.index(c))
 
 
 @gluon.jit
@@ -430,6 +477,10 @@ def _consumer_tile(it, i, bh, dk, dv, var, descs, src, bufs, prog, out, C: gl.co
         dq_layout: gl.constexpr = _mma_layout(gl.num_warps(), 1, dq_b.shape[1])
     dq_tok = warpgroup_mma(dq_a, dq_b, gl.zeros(dq_shape, gl.float32, dq_layout), use_acc=False, is_async=True)
     dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq_tok))
+    if var.DQ_WRITER:  # staged for the writer, once it has drained this consumer's previous part
+        mbarrier.wait(bufs.dq_empty.index(C), (it & 1) ^ 1)
+        bufs.dq.index(C).store(dq)
+        mbarrier.arrive(bufs.dq_full.index(C))
     if var.WARP_SPECIALIZE:
         mbarrier.arrive(bufs.empty.index(slot))
     else:  # the slot is free again: refill it with the tile NUM_STAGES ahead
@@ -437,7 +488,8 @@ def _consumer_tile(it, i, bh, dk, dv, var, descs, src, bufs, prog, out, C: gl.co
         i_ahead, bh_ahead = _tile_of(ahead, prog)
         total = prog.group * (prog.n_m - prog.i_lo)
         _load_rows(var, descs, src, bufs, prog, ahead, i_ahead, bh_ahead, pred=ahead < total)
-    _add_dq(dq, var, prog, out, bh, i, C)
+    if not var.DQ_WRITER:
+        _add_dq(dq, var, bufs, prog, out, bh, i, 0, C, True, True)
     return dk, dv
 
 
@@ -541,6 +593,7 @@ def _fa3_bwd_kernel(
     USE_TMA: gl.constexpr,
     DETERMINISTIC: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
+    DQ_WRITER: gl.constexpr = False,  # the producer partition adds dQ from a staging buffer (warp specialised)
 ):
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
@@ -583,6 +636,17 @@ def _fa3_bwd_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     ds_bar = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    dq_full = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
+    dq_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
+    if DQ_WRITER:  # each consumer's part of a tile's dQ: half the rows (BLOCK_M = 128) or half the columns
+        part: gl.constexpr = [BLOCK_M // NUM_CONSUMERS, HEAD_DIM] if BLOCK_M == 128 else [BLOCK_M, HEAD_DIM // 2]
+        dq_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(part, gl.float32)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS] + part, dq_layout)
+    else:
+        dq_smem = ds_smem
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.init(dq_full.index(c), count=1)
+        mbarrier.init(dq_empty.index(c), count=1)
     # a TMA load arrives once (with its byte count); per-thread copies once per producer thread
     arrivals: gl.constexpr = 1 if USE_TMA else 32 * gl.num_warps()
     mbarrier.init(kv_bar.index(0), count=arrivals)
@@ -592,10 +656,24 @@ def _fa3_bwd_kernel(
     for s in gl.static_range(2):
         mbarrier.init(ds_bar.index(s), count=NUM_CONSUMERS)
 
-    var = BwdVariant(NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, IS_CAUSAL, BLOCK_M == 128)
+    var = BwdVariant(NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, DQ_WRITER, IS_CAUSAL, BLOCK_M == 128)
     descs = BwdDescriptors(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
     bufs = BwdBuffers(
-        k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, kv_bar, ready, empty, ds_bar
+        k_smem,
+        v_smem,
+        q_smem,
+        do_smem,
+        lse_smem,
+        delta_smem,
+        p_smem,
+        ds_smem,
+        dq_smem,
+        kv_bar,
+        ready,
+        empty,
+        ds_bar,
+        dq_full,
+        dq_empty,
     )
     b64 = b.to(gl.int64)
     h64 = h_kv.to(gl.int64)
@@ -630,9 +708,12 @@ def _fa3_bwd_kernel(
     if WARP_SPECIALIZE:
         gl.static_assert(BLOCK_N == _KEYS_PER_CONSUMER * NUM_CONSUMERS, "64 keys per consumer warpgroup")
         gl.static_assert(NUM_CONSUMERS == 2, "two consumer warpgroups")
+    else:
+        gl.static_assert(not DQ_WRITER, "the dQ writer is the producer partition: warp specialisation")
+    if WARP_SPECIALIZE:
         gl.warp_specialize(
             [
-                (_producer, (var, descs, src, bufs, prog)),
+                (_producer, (var, descs, src, bufs, prog, out)),
                 (_consumer, (var, descs, src, bufs, prog, out, 0)),
                 (_consumer, (var, descs, src, bufs, prog, out, 1)),
             ],

@@ -241,9 +241,11 @@ def test_config_is_validated(kwargs, error):
 def test_schedule_combinations():
     with pytest.raises(ValueError, match="producer"):
         fa3_bwd.BwdSchedule(warp_specialize=False, tma=False)
+    with pytest.raises(ValueError, match="producer"):
+        fa3_bwd.BwdSchedule(warp_specialize=False, dq_writer=True)
     with pytest.raises(TypeError, match="bool"):
         fa3_bwd.BwdSchedule(tma=1)
-    assert set(fa3_bwd.SCHEDULES) == {"fa3", "no-warp-specialize", "no-tma"}
+    assert set(fa3_bwd.SCHEDULES) == {"fa3", "no-warp-specialize", "no-tma", "dq-writer"}
 
 
 # ---------------------------------------------------------------------------------------------------

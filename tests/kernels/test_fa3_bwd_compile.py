@@ -25,7 +25,7 @@ import triton
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD_DIMS = (64, 128)
-SCHEDULES = ("fa3", "no-warp-specialize", "no-tma")
+SCHEDULES = ("fa3", "no-warp-specialize", "no-tma", "dq-writer")
 HOPPER_SHARED = 227 * 1024
 
 _SCRIPT = textwrap.dedent(
@@ -80,16 +80,18 @@ _SCRIPT = textwrap.dedent(
                 mma=sass.count(ops, "mma"), hgmma=ops.get("HGMMA", 0), spills=sass.count(ops, "spills"),
                 waits=sum("WARPGROUP.DEPBAR" in t for _, t in code.instructions[lo:hi]),
                 reductions=sum(t.startswith("REDG") or " REDG" in t for _, t in code.instructions[lo:hi]),
+                stores_shared=ops.get("STS", 0) + ops.get("STSM", 0),
                 tma=sass.count(ops, "tma"),
             ))
         row.update(head_dim=d, schedule=schedule, causal=causal, deterministic=deterministic,
                    block_m=config.block_m, tile_loops=per_tile,
+                   kernel_reductions=sum(t.startswith("REDG") or " REDG" in t for _, t in code.instructions),
                    ptx_acquire_loads=ptx.count("ld.global.gpu.acquire"),
                    ptx_release_adds=ptx.count("atom.global.gpu.release.add"))
         return row
 
     jobs = [(d, s, c, False) for d in (64, 128) for s in sys.argv[1].split(",") for c in (False, True)]
-    jobs += [(d, "fa3", c, True) for d in (64, 128) for c in (False, True)]
+    jobs += [(d, s, c, True) for d in (64, 128) for s in ("fa3", "dq-writer") for c in (False, True)]
     with ProcessPoolExecutor(2) as pool:
         for row in pool.map(one, jobs):
             print(json.dumps(row), flush=True)
@@ -129,7 +131,7 @@ CASES = [
 
 
 def test_every_variant_compiled(compiled_rows):
-    assert len(compiled_rows) == len(HEAD_DIMS) * (len(SCHEDULES) * 2 + 2)
+    assert len(compiled_rows) == len(HEAD_DIMS) * (len(SCHEDULES) * 2 + 4)
 
 
 @pytest.mark.parametrize("head_dim, schedule, causal", CASES)
@@ -137,8 +139,10 @@ def test_tile_loops_follow_the_design(variants, head_dim, schedule, causal):
     """Two tile loops (masked, unmasked) per consumer code path, each tile every product on the warpgroup
     MMA path: Sᵀ and dPᵀ in d/16 instructions each, dV and dK in BLOCK_M/16, dQ's part in BLOCK_N/16; three
     waits (the MMAs stay asynchronous: ptxas waits after each MMA it cannot prove safe, silently); dQ's adds
-    as vector reductions; in FA-3's schedule, no spills inside a tile loop (without TMA the producer keeps 56
-    registers a thread for its addresses, the consumers get 224 and spill a few values a tile)."""
+    as vector reductions from the consumers' registers (with the dQ writer: none there, dQ staged in shared
+    memory instead, the reductions in the producer); in FA-3's schedule, no spills inside a tile loop (without
+    TMA the producer keeps 56 registers a thread for its addresses, the consumers get 224 and spill a few
+    values a tile; with the writer 40, the consumers 232)."""
     from kernels.attention import fa3_bwd
 
     r = variants[(head_dim, schedule, causal, False)]
@@ -149,8 +153,11 @@ def test_tile_loops_follow_the_design(variants, head_dim, schedule, causal):
     for loop in r["tile_loops"]:
         assert loop["mma"] == loop["hgmma"] == expected, (r["tile_loops"], expected)
         assert loop["waits"] == 3, r["tile_loops"]
-        assert loop["spills"] == 0 or schedule == "no-tma", r["tile_loops"]
-        assert loop["reductions"] > 0, r["tile_loops"]
+        assert loop["spills"] == 0 or schedule in ("no-tma", "dq-writer"), r["tile_loops"]
+        if schedule == "dq-writer":
+            assert loop["reductions"] == 0 and r["kernel_reductions"] > 0, r
+        else:
+            assert loop["reductions"] > 0, r["tile_loops"]
         assert loop["tma"] == (0 if ws else 4), r["tile_loops"]  # without a producer: the refill's four
     assert r["shared_bytes"] <= HOPPER_SHARED, r
 
@@ -170,17 +177,18 @@ def test_loads_and_registers_follow_the_schedule(variants, head_dim, schedule, c
         assert r["kernel_tma"] == 0 and r["load_loop_thread_loads"] > 0, r
     if ws:
         limits = [int(x) for x in r["setmaxnreg"].split("/")]
-        assert min(limits) == (24 if tma else 56) and max(limits) >= 232, r
+        assert min(limits) == {"fa3": 24, "no-tma": 56, "dq-writer": 40}[schedule] and max(limits) >= 224, r
     else:
         assert r["setmaxnreg"] == "", r
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_deterministic_dq_waits_its_turn(variants, head_dim, causal):
+@pytest.mark.parametrize("schedule", ["fa3", "dq-writer"])
+def test_deterministic_dq_waits_its_turn(variants, head_dim, causal, schedule):
     """The deterministic variant reads its tile's semaphore with acquire loads (one thread, in a loop) and
     releases it with one release add after its reductions; the default has neither, and the same tile loops."""
-    det, default = variants[(head_dim, "fa3", causal, True)], variants[(head_dim, "fa3", causal, False)]
+    det, default = variants[(head_dim, schedule, causal, True)], variants[(head_dim, schedule, causal, False)]
     assert det["ptx_acquire_loads"] > 0 and det["ptx_release_adds"] > 0, det
     assert default["ptx_acquire_loads"] == 0 and default["ptx_release_adds"] == 0, default
     assert det["shared_bytes"] <= HOPPER_SHARED
