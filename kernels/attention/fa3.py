@@ -542,11 +542,13 @@ def _backward_of(backward, backward_schedule, deterministic, head_dim: int) -> _
         raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
     deterministic = check_flag("deterministic", deterministic)
     bwd_schedule = fa3_bwd.schedule_of(backward_schedule)
-    if backward == "fa3" and head_dim not in fa3_bwd.HEAD_DIMS:
-        raise NotImplementedError(
-            f"backward='fa3' handles head dims {', '.join(map(str, fa3_bwd.HEAD_DIMS))}, got {head_dim}; "
-            "backward='fa2' handles every head dim"
-        )
+    if backward == "fa3":
+        if head_dim not in fa3_bwd.HEAD_DIMS:
+            raise NotImplementedError(
+                f"backward='fa3' handles head dims {', '.join(map(str, fa3_bwd.HEAD_DIMS))}, got {head_dim}; "
+                "backward='fa2' handles every head dim"
+            )
+        fa3_bwd.check_schedule(fa3_bwd.default_config(head_dim), bwd_schedule)
     return _Backward(backward, bwd_schedule, deterministic)
 
 
@@ -608,8 +610,8 @@ def attention(
         sm_scale: score scale, default ``1/sqrt(d)``.
         schedule: a ``Schedule`` or a name in ``SCHEDULES``; the default is FA-3's full schedule.
         backward: the backward pass autograd runs: ``"fa2"`` (the default: FA-2's Triton backward,
-            deterministic, every head dim) or ``"fa3"`` (``fa3_bwd``: the Gluon FA-3 backward, head dims 64
-            and 128, **not yet verified on a GPU**, hence not the default).
+            deterministic, every head dim) or ``"fa3"`` (``fa3_bwd``: the Gluon FA-3 backward, head dims 64,
+            128 and 256, **not yet verified on a GPU**, hence not the default).
         deterministic: with ``backward="fa3"``, dQ's adds in a fixed order (bit-identical gradients run to
             run); without it dQ's last bits can change between runs. (FA-2's backward is deterministic.)
         backward_schedule: with ``backward="fa3"``, a ``fa3_bwd.BwdSchedule`` or a name in

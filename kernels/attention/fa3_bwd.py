@@ -11,9 +11,10 @@ dQ element by key block (a semaphore per query tile), so that two runs give the 
 not (the adds of different key blocks land in whatever order the CTAs reach them). Each technique can be
 switched off (``BwdSchedule``) for the ablation.
 
-Handles: float16 and bfloat16, head dims 64 and 128, causal masks aligned bottom-right, any lengths (Nq ≠ Nk,
-rows that see no key), grouped-query heads, any strides of q, k, v, out and dO (what TMA cannot read is
-copied). Does not handle: head dim 256 and the others (``fa2``'s backward does), other GPUs, Triton's
+Handles: float16 and bfloat16, head dims 64, 128 and 256 (at 256 the two consumers share 64 keys and split
+the head dim; warp specialised with the consumers adding dQ only), causal masks aligned bottom-right, any
+lengths (Nq ≠ Nk, rows that see no key), grouped-query heads, any strides of q, k, v, out and dO (what TMA
+cannot read is copied). Does not handle: other head dims (``fa2``'s backward does), other GPUs, Triton's
 interpreter (the preprocess and the conversion run there; ``fa3_bwd_emulate`` emulates the main kernel's
 tiles on the CPU), dropout, varlen. **Not yet run on a GPU**: compiled for sm_90 and its SASS checked on the
 CPU (tests/kernels/test_fa3_bwd_compile.py), its tile algorithm emulated against float64
@@ -44,6 +45,7 @@ __all__ = [
     "NUM_CONSUMERS",
     "backward",
     "backward_kernel",
+    "check_schedule",
     "default_config",
     "kernel_specialisation",
     "last_config",
@@ -51,11 +53,11 @@ __all__ = [
     "tile_range",
 ]
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 KEYS_PER_CONSUMER = 64  # a warpgroup's wgmma tile is 64 rows high: the keys of one consumer
 NUM_CONSUMERS = 2
-BLOCK_N = KEYS_PER_CONSUMER * NUM_CONSUMERS
+BLOCK_N = KEYS_PER_CONSUMER * NUM_CONSUMERS  # keys per CTA; at d = 256 the consumers share 64 (BwdConfig)
 _LOG2E = 1.4426950408889634
 _REGISTERS_PER_SM = 65536
 # per producer thread, by (TMA, dQ writer): TMA copies need no addresses; per-thread copies, and the dQ
@@ -205,13 +207,16 @@ SCHEDULES = {
 @dataclasses.dataclass(frozen=True)
 class BwdConfig:
     """Tiles: ``block_m`` query rows per tile (64, or 128: dQ's tile then split by rows between the
-    consumers), ``num_stages`` ring slots. The keys per CTA are fixed: 64 per consumer warpgroup, two."""
+    consumers), ``num_stages`` ring slots, ``block_n`` keys per CTA: 128 (64 per consumer warpgroup), or 64
+    shared by the two, each with half of the head dim (d = 256: dK and dV of 64 keys × 256 columns would take
+    every register a consumer has)."""
 
     block_m: int
     num_stages: int
+    block_n: int = BLOCK_N
 
     def __post_init__(self):
-        for name in ("block_m", "num_stages"):
+        for name in ("block_m", "num_stages", "block_n"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"BwdConfig.{name} must be an int, got {value!r}")
@@ -219,18 +224,24 @@ class BwdConfig:
             raise ValueError(f"BwdConfig.block_m must be 64 or 128, got {self.block_m}")
         if not 1 <= self.num_stages <= 4:
             raise ValueError(f"BwdConfig.num_stages must be 1 to 4, got {self.num_stages}")
+        if self.block_n not in (KEYS_PER_CONSUMER, BLOCK_N):
+            raise ValueError(f"BwdConfig.block_n must be {KEYS_PER_CONSUMER} or {BLOCK_N}, got {self.block_n}")
+        if self.block_n == KEYS_PER_CONSUMER and self.block_m != 64:
+            raise ValueError(f"BwdConfig.block_n={KEYS_PER_CONSUMER} (the head dim split) needs block_m=64")
 
     @property
-    def block_n(self) -> int:
-        return BLOCK_N
+    def split_d(self) -> bool:
+        """The consumers share the block's keys and split the head dim."""
+        return self.block_n == KEYS_PER_CONSUMER
 
     def __str__(self) -> str:
-        return f"BLOCK_M={self.block_m},BLOCK_N={BLOCK_N},num_stages={self.num_stages}"
+        return f"BLOCK_M={self.block_m},BLOCK_N={self.block_n},num_stages={self.num_stages}"
 
 
-# 64 query rows a tile at both head dims: at d = 64, 128-row tiles hold Sᵀ and dPᵀ of 128 columns beside dK
-# and dV, and the consumers spill around the tile loops; 64 compile without spills (test_fa3_bwd_compile).
-_DEFAULT_TILES = {64: BwdConfig(64, 2), 128: BwdConfig(64, 2)}
+# 64 query rows a tile: at d = 64, 128-row tiles hold Sᵀ and dPᵀ of 128 columns beside dK and dV, and the
+# consumers spill around the tile loops; 64 compile without spills (test_fa3_bwd_compile). At d = 256 two
+# ring slots fill shared memory (226 of Hopper's 227 KiB).
+_DEFAULT_TILES = {64: BwdConfig(64, 2), 128: BwdConfig(64, 2), 256: BwdConfig(64, 2, block_n=KEYS_PER_CONSUMER)}
 
 
 def default_config(head_dim: int) -> BwdConfig:
@@ -272,7 +283,7 @@ def kernel_specialisation(
     consumer_regs = min(240, (cap * (1 + NUM_CONSUMERS) - producer_regs) // NUM_CONSUMERS // 8 * 8)
     constexprs = dict(
         BLOCK_M=config.block_m,
-        BLOCK_N=BLOCK_N,
+        BLOCK_N=config.block_n,
         NUM_CONSUMERS=NUM_CONSUMERS,
         NUM_STAGES=config.num_stages,
         IS_CAUSAL=bool(causal),
@@ -306,19 +317,22 @@ def row_layout():
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 
-def tile_range(j: int, seqlen_q: int, seqlen_k: int, block_m: int, causal: bool) -> tuple[int, int, int]:
-    """(i_lo, i_mid, n_m): the query tiles the CTA of key block ``j`` walks per head, i_lo … n_m - 1, of which
-    i_lo … i_mid - 1 are masked (crossing the bottom-right-aligned causal diagonal, or all of them where the
-    block runs past the last key). The kernel computes the same in Gluon (``_fa3_bwd_kernel``)."""
-    start_n = j * BLOCK_N
+def tile_range(
+    j: int, seqlen_q: int, seqlen_k: int, block_m: int, causal: bool, block_n: int = BLOCK_N
+) -> tuple[int, int, int]:
+    """(i_lo, i_mid, n_m): the query tiles the CTA of key block ``j`` (of ``block_n`` keys) walks per head,
+    i_lo … n_m - 1, of which i_lo … i_mid - 1 are masked (crossing the bottom-right-aligned causal diagonal,
+    or all of them where the block runs past the last key). The kernel computes the same in Gluon
+    (``_fa3_bwd_kernel``)."""
+    start_n = j * block_n
     n_m = cdiv(seqlen_q, block_m)
     if causal:
         off = seqlen_k - seqlen_q
         i_lo = max(start_n - off, 0) // block_m
-        i_mid = cdiv(max(start_n + BLOCK_N - 1 - off, 0), block_m)
+        i_mid = cdiv(max(start_n + block_n - 1 - off, 0), block_m)
     else:
         i_lo = i_mid = 0
-    if start_n + BLOCK_N > seqlen_k:
+    if start_n + block_n > seqlen_k:
         i_mid = n_m
     i_lo = min(i_lo, n_m)
     return i_lo, min(max(i_mid, i_lo), n_m), n_m
@@ -327,6 +341,15 @@ def tile_range(j: int, seqlen_q: int, seqlen_k: int, block_m: int, causal: bool)
 # ---------------------------------------------------------------------------------------------------
 # Checks and launchers
 # ---------------------------------------------------------------------------------------------------
+
+
+def check_schedule(config: BwdConfig, schedule: BwdSchedule) -> None:
+    """The head-dim split (d = 256's tiles) runs warp specialised, with the consumers adding dQ."""
+    if config.split_d and (not schedule.warp_specialize or schedule.dq_writer):
+        raise NotImplementedError(
+            f"the FA-3 backward's head-dim split (d = 256's tiles, {config}) runs warp specialised with the "
+            f"consumers adding dQ, not {schedule}; kernels.attention.fa2's backward handles every head dim"
+        )
 
 
 def _check_head_dim(head_dim: int) -> None:
@@ -379,14 +402,14 @@ def _launch(do, q, k, v, work, dk, dv, *, causal, sm_scale, config, schedule, de
     constexprs, options = _specialisation(config, schedule, bool(causal), bool(deterministic))
     q, q_desc = tma_arg(q, (config.block_m, d))
     do, do_desc = tma_arg(do, (config.block_m, d))
-    k, k_desc = tma_arg(k, (BLOCK_N, d))
-    v, v_desc = tma_arg(v, (BLOCK_N, d))
+    k, k_desc = tma_arg(k, (config.block_n, d))
+    v, v_desc = tma_arg(v, (config.block_n, d))
     lse2, delta = work.rows[0], work.rows[1]
     layout = row_layout()
     block = (1, config.block_m)
     lse_desc = Tma(lse2, tuple(lse2.shape), tuple(lse2.stride()), block, layout)
     delta_desc = Tma(delta, tuple(delta.shape), tuple(delta.stride()), block, layout)
-    grid = (cdiv(seqlen_k, BLOCK_N), b * h_kv, 1)
+    grid = (cdiv(seqlen_k, config.block_n), b * h_kv, 1)
     args = (
         (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q, k, v, do, lse2, delta)
         + (work.dq_acc, work.sem, dk, dv)
@@ -451,6 +474,7 @@ def backward(
         config = default_config(d)
     elif not isinstance(config, BwdConfig):
         raise TypeError(f"config must be a BwdConfig, got {type(config).__name__}")
+    check_schedule(config, schedule)
     _LAST_CONFIG[0] = (config, schedule, deterministic)
     if q.numel() == 0 or k.numel() == 0:  # nothing to launch: the gradients of an empty side are zeros
         return tuple(torch.zeros(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))

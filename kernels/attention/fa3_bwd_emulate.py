@@ -2,7 +2,7 @@
 
 ``emulate`` computes dQ, dK and dV the way ``fa3_bwd_kernels._fa3_bwd_kernel`` does: the same preprocess and
 dQ conversion (``fa3_bwd.prepare`` and ``fa3_bwd.finish``, the real Triton kernels: in the interpreter on a
-CPU), and between them one pass per block of 128 keys of each (batch, K/V head) over the query tiles of
+CPU), and between them one pass per block of 128 keys (64 at d = 256) of each (batch, K/V head) over the query tiles of
 ``fa3_bwd.tile_range`` (the masked ones first), every query head of the group in turn; tiles padded with
 zeros past the sequences' ends as TMA pads them; each product in fp32 from operands in the inputs' dtype,
 rounded where the kernel rounds (Pᵀ and dSᵀ to the inputs' dtype before their products, dK and dV at the
@@ -42,17 +42,20 @@ def emulate(
     sm_scale: float | None = None,
     *,
     block_m: int = 64,
+    block_n: int | None = None,
     key_order: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) as the FA-3 backward computes them, on any device (arguments as ``fa3_bwd.backward``;
-    ``out`` and ``lse`` from a forward of the same inputs). ``key_order``: the order in which the key blocks'
-    dQ adds land (default ascending, the deterministic kernel's)."""
+    ``out`` and ``lse`` from a forward of the same inputs). ``block_n``: keys per CTA, by default the head
+    dim's (``fa3_bwd.default_config``: 64 at d = 256, whose consumers split the head dim, which changes no
+    sum). ``key_order``: the order in which the key blocks' dQ adds land (default ascending, the deterministic
+    kernel's)."""
     b, h, seqlen_q, d = q.shape
     h_kv, seqlen_k = k.shape[1], k.shape[2]
     group = h // h_kv
     sm_scale = softmax_scale(d, sm_scale)
     dtype = q.dtype
-    block_n = fa3_bwd.BLOCK_N
+    block_n = fa3_bwd.default_config(d).block_n if block_n is None else block_n
     n_blocks = cdiv(seqlen_k, block_n)
     work = fa3_bwd.prepare(do.to(dtype), q, out, lse, block_m, deterministic=False)
     lse2, delta = work.rows[0], work.rows[1]
@@ -68,7 +71,7 @@ def emulate(
     for bb in range(b):
         for hk in range(h_kv):
             for j in order:
-                i_lo, i_mid, n_m = fa3_bwd.tile_range(j, seqlen_q, seqlen_k, block_m, causal)
+                i_lo, i_mid, n_m = fa3_bwd.tile_range(j, seqlen_q, seqlen_k, block_m, causal, block_n)
                 keys = slice(j * block_n, (j + 1) * block_n)
                 k_j, v_j = ks[bb, hk, keys], vs[bb, hk, keys]
                 dk_j = torch.zeros((block_n, d), dtype=torch.float32, device=q.device)

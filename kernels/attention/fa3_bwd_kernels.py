@@ -8,14 +8,15 @@ on the rows of every product, Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, Pᵀ and dSᵀ,
 dK += dSᵀ Q in registers. dSᵀ goes through shared memory (both consumers' halves) for dQ = dS K, which each
 consumer computes for its half of the tile (half the head dim, or half the rows where BLOCK_M = 128) and adds
 in fp32 to a global accumulator with atomics (or, DQ_WRITER, stages for the producer partition to add), in
-key-block order behind a semaphore when DETERMINISTIC. The
-preprocess (Δ, the logsumexp in log2, the accumulator zeroed) and the conversion of dQ at the end are Triton
-kernels in ``fa3_bwd.py``. ``fa3_bwd.BwdSchedule`` says what each switch changes.
+key-block order behind a semaphore when DETERMINISTIC. The preprocess (Δ, the logsumexp in log2, the
+accumulator zeroed) and the conversion of dQ at the end are Triton kernels in ``fa3_bwd.py``; the tiles'
+pieces (loads, mask, dQ's adds) are in ``fa3_bwd_tiles.py``. ``fa3_bwd.BwdSchedule`` says what each switch
+changes. At d = 256 (BLOCK_N = 64, SPLIT_D) the two consumers share the block's keys and split the head dim
+instead (``_consumer_tile_split_d``).
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -25,16 +26,20 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.language.core import _aggregate as aggregate
 
-from kernels.attention.fa3_tiles import _copy_layout, _cp_async_tile
+from kernels.attention.fa3_bwd_tiles import (
+    _add_dq,
+    _dq_operands,
+    _drain_dq,
+    _load_kv,
+    _load_rows,
+    _masked,
+    _mma_layout,
+    _store_rows,
+    _tile_of,
+)
 
 _KEYS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma tile is 64 rows high: 64 keys
 _INT = (gl.tensor, gl.constexpr)  # a runtime int that Triton may have made a constexpr (a value of 1)
-
-
-@gluon.constexpr_function
-def _mma_layout(warps_m, warps_n, n):
-    # a wgmma accumulator: 16-row slabs per warp, warpgroups side by side along M, or along N (warps_n = 2)
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps_m, warps_n], instr_shape=[16, n, 16])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -47,7 +52,8 @@ class BwdVariant:
     """Compile-time choices (``fa3_bwd.kernel_specialisation`` sets them): consumer warpgroups, warp
     specialisation, TMA, the ordered dQ adds, who adds dQ (DQ_WRITER: the producer partition, from a staging
     buffer; else the consumers), the causal mask, and how dQ's tile is split between the consumers (SPLIT_M:
-    by rows, where BLOCK_M = 128; else by head-dim columns)."""
+    by rows, where BLOCK_M = 128; else by head-dim columns). SPLIT_D (d = 256, BLOCK_N = 64): the consumers
+    share the block's 64 keys and split the head dim of dK, dV and dQ (``_consumer_tile_split_d``)."""
 
     NUM_CONSUMERS: gl.constexpr
     WARP_SPECIALIZE: gl.constexpr
@@ -56,9 +62,10 @@ class BwdVariant:
     DQ_WRITER: gl.constexpr
     IS_CAUSAL: gl.constexpr
     SPLIT_M: gl.constexpr
+    SPLIT_D: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, DQ_WRITER, IS_CAUSAL, SPLIT_M):
+    def __init__(self, NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, DQ_WRITER, IS_CAUSAL, SPLIT_M, SPLIT_D):
         self.NUM_CONSUMERS = gl.constexpr(NUM_CONSUMERS)
         self.WARP_SPECIALIZE = gl.constexpr(WARP_SPECIALIZE)
         self.USE_TMA = gl.constexpr(USE_TMA)
@@ -66,6 +73,7 @@ class BwdVariant:
         self.DQ_WRITER = gl.constexpr(DQ_WRITER)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
         self.SPLIT_M = gl.constexpr(SPLIT_M)
+        self.SPLIT_D = gl.constexpr(SPLIT_D)
 
 
 @aggregate
@@ -239,67 +247,8 @@ class BwdOutputs:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Loads
+# The producer
 # ---------------------------------------------------------------------------------------------------
-
-
-@gluon.jit
-def _tile_of(it, prog):
-    """Tile ``it`` of the CTA's walk as (query tile, batch·head): every query head of the group in turn, its
-    tiles i_lo … n_m - 1 (the masked ones, i < i_mid, first)."""
-    count = prog.n_m - prog.i_lo
-    g = it // count
-    return prog.i_lo + it - g * count, prog.b * prog.heads + prog.h_kv * prog.group + g
-
-
-@gluon.jit
-def _load_kv(var, descs, src, bufs, prog):
-    """K_j and V_j into shared memory, one barrier for both (rows past the last key arrive as zeros)."""
-    if var.USE_TMA:
-        mbarrier.expect(bufs.kv_bar.index(0), 2 * descs.k.block_type.nbytes)
-        dst_k = bufs.k.reshape(descs.k.block_type.shape)
-        dst_v = bufs.v.reshape(descs.v.block_type.shape)
-        tma.async_copy_global_to_shared(descs.k, [prog.b, prog.h_kv, prog.start_n, 0], bufs.kv_bar.index(0), dst_k)
-        tma.async_copy_global_to_shared(descs.v, [prog.b, prog.h_kv, prog.start_n, 0], bufs.kv_bar.index(0), dst_v)
-    else:
-        HEAD_DIM: gl.constexpr = bufs.k.shape[1]
-        layout: gl.constexpr = _copy_layout(gl.num_warps(), HEAD_DIM, bufs.k.dtype.primitive_bitwidth)
-        _cp_async_tile(bufs.k, src.k, prog.start_n, 0, prog.seqlen_k, HEAD_DIM, src.k_n, 32, layout)
-        _cp_async_tile(bufs.v, src.v, prog.start_n, 0, prog.seqlen_k, HEAD_DIM, src.v_n, 32, layout)
-        async_copy.mbarrier_arrive(bufs.kv_bar.index(0), increment_count=False)
-
-
-@gluon.jit
-def _load_rows(var, descs, src, bufs, prog, it, i, bh, pred=True):
-    """Tile ``it`` (query tile i of batch·head bh)'s Q, dO, logsumexp and Δ into ring slot it % NUM_STAGES,
-    one barrier for the four."""
-    STAGES: gl.constexpr = bufs.q.shape[0]
-    BLOCK_M: gl.constexpr = bufs.q.shape[1]
-    HEAD_DIM: gl.constexpr = bufs.q.shape[2]
-    slot = it % STAGES
-    bar = bufs.ready.index(slot)
-    h = bh - prog.b * prog.heads
-    row0 = i * BLOCK_M
-    if var.USE_TMA:
-        nbytes: gl.constexpr = 2 * descs.q.block_type.nbytes + 2 * descs.lse.block_type.nbytes
-        mbarrier.expect(bar, nbytes, pred=pred)
-        q_dst = bufs.q.index(slot).reshape(descs.q.block_type.shape)
-        do_dst = bufs.do.index(slot).reshape(descs.do.block_type.shape)
-        tma.async_copy_global_to_shared(descs.q, [prog.b, h, row0, 0], bar, q_dst, pred=pred)
-        tma.async_copy_global_to_shared(descs.do, [prog.b, h, row0, 0], bar, do_dst, pred=pred)
-        tma.async_copy_global_to_shared(descs.lse, [bh, row0], bar, bufs.lse.index(slot), pred=pred)
-        tma.async_copy_global_to_shared(descs.delta, [bh, row0], bar, bufs.delta.index(slot), pred=pred)
-    else:
-        layout: gl.constexpr = _copy_layout(gl.num_warps(), HEAD_DIM, bufs.q.dtype.primitive_bitwidth)
-        row_layout: gl.constexpr = _copy_layout(gl.num_warps(), BLOCK_M, 32)
-        q_base = src.q + h.to(gl.int64) * src.q_h
-        do_base = src.do + h.to(gl.int64) * src.do_h
-        rows_base = bh.to(gl.int64) * prog.q_rows
-        _cp_async_tile(bufs.q.index(slot), q_base, row0, 0, prog.seqlen_q, HEAD_DIM, src.q_n, 32, layout)
-        _cp_async_tile(bufs.do.index(slot), do_base, row0, 0, prog.seqlen_q, HEAD_DIM, src.do_n, 32, layout)
-        _cp_async_tile(bufs.lse.index(slot), src.lse + rows_base, 0, row0, 1, prog.q_rows, 0, 1, row_layout)
-        _cp_async_tile(bufs.delta.index(slot), src.delta + rows_base, 0, row0, 1, prog.q_rows, 0, 1, row_layout)
-        async_copy.mbarrier_arrive(bar, increment_count=False)
 
 
 @gluon.jit
@@ -333,96 +282,18 @@ def _producer(var, descs, src, bufs, prog, out):
 
 
 @gluon.jit
-def _masked(p, n0, m0, prog, IS_CAUSAL: gl.constexpr):
-    """Pᵀ of keys past the last one and, if causal, of (key, query) pairs right of the bottom-right-aligned
-    diagonal (key n seen by query m iff n <= m + Nk - Nq) → 0."""
-    layout: gl.constexpr = p.type.layout
-    keys = gl.expand_dims(n0 + gl.arange(0, p.shape[0], gl.SliceLayout(1, layout)), 1)
-    keep = keys < prog.seqlen_k
-    if IS_CAUSAL:
-        queries = gl.expand_dims(m0 + gl.arange(0, p.shape[1], gl.SliceLayout(0, layout)), 0)
-        keep = keep & (keys <= queries + (prog.seqlen_k - prog.seqlen_q))
-    return gl.where(keep, p, 0.0)
-
-
-@gluon.jit
-def _dq_operands(var, bufs, ds_buf, C: gl.constexpr):
-    """dQ = dS K for this consumer's part of the tile: A = dS (dSᵀ read transposed), B = K. With warp
-    specialisation each consumer takes half: the rows (SPLIT_M) or the head-dim columns."""
-    BLOCK_M: gl.constexpr = bufs.q.shape[1]
-    HEAD_DIM: gl.constexpr = bufs.k.shape[1]
-    if not var.WARP_SPECIALIZE:
-        return ds_buf.permute((1, 0)), bufs.k
-    elif var.SPLIT_M:
-        part: gl.constexpr = BLOCK_M // var.NUM_CONSUMERS
-        return ds_buf.slice(C * part, part, dim=1).permute((1, 0)), bufs.k
-    else:
-        part: gl.constexpr = HEAD_DIM // var.NUM_CONSUMERS
-        return ds_buf.permute((1, 0)), bufs.k.slice(C * part, part, dim=1)
-
-
-@gluon.jit
-def _dq_part(var, bufs, i, C: gl.constexpr):
-    """(first row, first column) of consumer C's part of query tile i's dQ: with warp specialisation half the
-    rows (SPLIT_M) or half the head-dim columns; without, the whole tile."""
-    BLOCK_M: gl.constexpr = bufs.q.shape[1]
-    HEAD_DIM: gl.constexpr = bufs.k.shape[1]
-    row0 = i * BLOCK_M
-    col0 = 0
-    if var.WARP_SPECIALIZE:
-        if var.SPLIT_M:
-            row0 = row0 + C * (BLOCK_M // var.NUM_CONSUMERS)
-        else:
-            col0 = C * (HEAD_DIM // var.NUM_CONSUMERS)
-    return row0, col0
-
-
-@gluon.jit
-def _add_dq(vals, var, bufs, prog, out, bh, i, r0, C: gl.constexpr, WAIT: gl.constexpr, RELEASE: gl.constexpr):
-    """Rows r0 … of consumer C's part of tile i's dQ (``_dq_part``) added to the fp32 accumulator by atomics.
-    DETERMINISTIC: first (WAIT) after the CTA of the key block before (the semaphore of the part counts the
-    key blocks that have added to it), then (RELEASE) the semaphore advanced, so that every element gets its
-    adds in key-block order."""
-    HEAD_DIM: gl.constexpr = bufs.k.shape[1]
-    layout: gl.constexpr = vals.type.layout
-    row0, col0 = _dq_part(var, bufs, i, C)
-    rows = row0 + r0 + gl.arange(0, vals.shape[0], gl.SliceLayout(1, layout))
-    cols = col0 + gl.arange(0, vals.shape[1], gl.SliceLayout(0, layout))
-    base = out.dq + bh.to(gl.int64) * prog.q_rows * HEAD_DIM
-    ptrs = base + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-    if var.DETERMINISTIC:
-        sem = out.sem + (bh.to(gl.int64) * prog.n_m + i) * var.NUM_CONSUMERS + C
-        if WAIT:  # one thread reads (acquire) and the partition waits on its value
-            while gl.atomic_add(sem, 0, sem="acquire", scope="gpu") != prog.j:
-                pass
-        gl.atomic_add(ptrs, vals, sem="relaxed", scope="gpu")
-        if RELEASE:
-            gl.thread_barrier()  # every thread's adds issued before the release below
-            gl.atomic_add(sem, 1, sem="release", scope="gpu")
-    else:
-        gl.atomic_add(ptrs, vals, sem="relaxed", scope="gpu")
-
-
-@gluon.jit
-def _drain_dq(t, var, bufs, prog, out):
-    """The writer (DQ_WRITER: the producer partition): every consumer's staged part of tile t's dQ added to
-    the accumulator, a few rows at a time (few registers), then the staging buffer handed back."""
-    ROWS: gl.constexpr = bufs.dq.shape[1]
-    COLS: gl.constexpr = bufs.dq.shape[2]
-    CHUNK: gl.constexpr = 4 * 32 * gl.num_warps() // COLS  # rows a pass: four floats a thread
-    layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (COLS // 4), COLS // 4], [gl.num_warps(), 1], [1, 0])
-    i, bh = _tile_of(t, prog)
-    for c in gl.static_range(var.NUM_CONSUMERS):
-        staged = bufs.dq.index(c)
-        mbarrier.wait(bufs.dq_full.index(c), t & 1)
-        for r in gl.static_range(0, ROWS, CHUNK):
-            vals = staged.slice(r, CHUNK).load(layout)
-            _add_dq(vals, var, bufs, prog, out, bh, i, r, c, r == 0, r + CHUNK >= ROWS)
-        mbarrier.arrive(bufs.dq_empty.index(c))
-
-
-@gluon.jit
 def _consumer_tile(it, i, bh, dk, dv, var, descs, src, bufs, prog, out, C: gl.constexpr, MASKED: gl.constexpr):
+    """One query tile against this consumer's keys (``_consumer_tile_keys``), or at d = 256 against the block's
+    keys on this consumer's half of the head dim (``_consumer_tile_split_d``)."""
+    if var.SPLIT_D:
+        dk, dv = _consumer_tile_split_d(it, i, bh, dk, dv, var, bufs, prog, out, C, MASKED)
+    else:
+        dk, dv = _consumer_tile_keys(it, i, bh, dk, dv, var, descs, src, bufs, prog, out, C, MASKED)
+    return dk, dv
+
+
+@gluon.jit
+def _consumer_tile_keys(it, i, bh, dk, dv, var, descs, src, bufs, prog, out, C: gl.constexpr, MASKED: gl.constexpr):
     """One query tile against this consumer's keys: Sᵀ and dPᵀ issued together; Pᵀ (while dPᵀ runs) and
     dV += Pᵀ dO; dSᵀ = Pᵀ ∘ (dPᵀ − Δ) and dK += dSᵀ Q; dSᵀ to shared memory and, once every consumer's part
     is there, dQ = dS K; the slot released; dQ added to the accumulator."""
@@ -436,7 +307,7 @@ def _consumer_tile(it, i, bh, dk, dv, var, descs, src, bufs, prog, out, C: gl.co
     do_t = bufs.do.index(slot)
     k_rows = bufs.k.slice(C * ROWS, ROWS)
     v_rows = bufs.v.slice(C * ROWS, ROWS)
-    p_rows = bufs.p.slice(C * ROWS, ROWS)
+    p_rows = bufs.p.index(0).slice(C * ROWS, ROWS)
     ds_buf = bufs.ds.index(it % 2)
     ds_rows = ds_buf.slice(C * ROWS, ROWS)
     mbarrier.wait(bufs.ready.index(slot), (it // STAGES) & 1)
@@ -489,17 +360,57 @@ def _consumer_tile(it, i, bh, dk, dv, var, descs, src, bufs, prog, out, C: gl.co
         total = prog.group * (prog.n_m - prog.i_lo)
         _load_rows(var, descs, src, bufs, prog, ahead, i_ahead, bh_ahead, pred=ahead < total)
     if not var.DQ_WRITER:
-        _add_dq(dq, var, bufs, prog, out, bh, i, 0, C, True, True)
+        _add_dq(dq, var, bufs, prog, out, bh, i, 0, 0, C, True, True)
     return dk, dv
 
 
 @gluon.jit
-def _store_rows(t, base, stride_n, row0, n_rows, layout: gl.constexpr):
-    """``t`` [R, d] into rows row0 … of a row-major matrix (row stride ``stride_n``), the rows before n_rows."""
-    rows = row0 + gl.arange(0, t.shape[0], gl.SliceLayout(1, layout))
-    cols = gl.arange(0, t.shape[1], gl.SliceLayout(0, layout))
-    ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_n, 1) + gl.expand_dims(cols, 0)
-    gl.store(ptrs, t, mask=gl.expand_dims(rows < n_rows, 1))
+def _consumer_tile_split_d(it, i, bh, dk, dv, var, bufs, prog, out, C: gl.constexpr, MASKED: gl.constexpr):
+    """One query tile at d = 256 (SPLIT_D): dK and dV of all 64 keys would take 256 registers a thread, so
+    each consumer keeps half of their columns (and computes half of dQ's), and takes half of the tile's
+    queries for Sᵀ and dPᵀ: Pᵀ and dSᵀ of its queries to shared memory (two buffers each, tiles alternating),
+    then, once both halves are there, dV += Pᵀ dO, dK += dSᵀ Q and dQ = dS K on its columns."""
+    STAGES: gl.constexpr = bufs.q.shape[0]
+    BLOCK_M: gl.constexpr = bufs.q.shape[1]
+    HEAD_DIM: gl.constexpr = bufs.q.shape[2]
+    dtype: gl.constexpr = bufs.q.dtype
+    ROWS: gl.constexpr = bufs.k.shape[0]  # the block's keys, every consumer
+    QCOLS: gl.constexpr = BLOCK_M // var.NUM_CONSUMERS  # this consumer's queries of Sᵀ and dPᵀ
+    HALF: gl.constexpr = HEAD_DIM // var.NUM_CONSUMERS  # this consumer's columns of dK, dV and dQ
+    s_layout: gl.constexpr = _mma_layout(gl.num_warps(), 1, QCOLS)
+    slot = it % STAGES
+    q_t = bufs.q.index(slot)
+    do_t = bufs.do.index(slot)
+    p_buf = bufs.p.index(it % 2)
+    ds_buf = bufs.ds.index(it % 2)
+    mbarrier.wait(bufs.ready.index(slot), (it // STAGES) & 1)
+    zero = gl.zeros([ROWS, QCOLS], gl.float32, s_layout)
+    s_tok = warpgroup_mma(bufs.k, q_t.slice(C * QCOLS, QCOLS).permute((1, 0)), zero, use_acc=False, is_async=True)
+    dp_tok = warpgroup_mma(bufs.v, do_t.slice(C * QCOLS, QCOLS).permute((1, 0)), zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    lse = bufs.lse.index(slot).slice(C * QCOLS, QCOLS, dim=1).load(s_layout)
+    p = gl.exp2(s * out.qk_scale - lse)
+    if MASKED:
+        p = _masked(p, prog.start_n, i * BLOCK_M + C * QCOLS, prog, var.IS_CAUSAL)
+    p_buf.slice(C * QCOLS, QCOLS, dim=1).store(p.to(dtype))
+    dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
+    delta = bufs.delta.index(slot).slice(C * QCOLS, QCOLS, dim=1).load(s_layout)
+    ds_buf.slice(C * QCOLS, QCOLS, dim=1).store((p * (dp - delta)).to(dtype))
+    fence_async_shared()
+    # every product below reads both consumers' halves of Pᵀ and dSᵀ
+    mbarrier.arrive(bufs.ds_bar.index(it % 2))
+    mbarrier.wait(bufs.ds_bar.index(it % 2), (it // 2) & 1)
+    dv = warpgroup_mma(p_buf, do_t.slice(C * HALF, HALF, dim=1), dv, is_async=True)
+    dk = warpgroup_mma(ds_buf, q_t.slice(C * HALF, HALF, dim=1), dk, is_async=True)
+    dq_layout: gl.constexpr = _mma_layout(gl.num_warps(), 1, HALF)
+    dq_zero = gl.zeros([BLOCK_M, HALF], gl.float32, dq_layout)
+    dq_tok = warpgroup_mma(
+        ds_buf.permute((1, 0)), bufs.k.slice(C * HALF, HALF, dim=1), dq_zero, use_acc=False, is_async=True
+    )
+    dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq_tok))
+    mbarrier.arrive(bufs.empty.index(slot))
+    _add_dq(dq, var, bufs, prog, out, bh, i, 0, 0, C, True, True)
+    return dk, dv
 
 
 @gluon.jit
@@ -510,15 +421,16 @@ def _consumer(var, descs, src, bufs, prog, out, C: gl.constexpr):
     HEAD_DIM: gl.constexpr = bufs.k.shape[1]
     dtype: gl.constexpr = bufs.q.dtype
     ROWS: gl.constexpr = _KEYS_PER_CONSUMER if var.WARP_SPECIALIZE else bufs.k.shape[0]
-    kv_layout: gl.constexpr = _mma_layout(gl.num_warps(), 1, HEAD_DIM)
+    COLS: gl.constexpr = HEAD_DIM // var.NUM_CONSUMERS if var.SPLIT_D else HEAD_DIM  # of dK and dV
+    kv_layout: gl.constexpr = _mma_layout(gl.num_warps(), 1, COLS)
     if not var.WARP_SPECIALIZE:
         _load_kv(var, descs, src, bufs, prog)
         for t in gl.static_range(STAGES):
             i_t, bh_t = _tile_of(t, prog)
             _load_rows(var, descs, src, bufs, prog, t, i_t, bh_t, pred=t < prog.group * (prog.n_m - prog.i_lo))
     mbarrier.wait(bufs.kv_bar.index(0), 0)
-    dk = gl.zeros([ROWS, HEAD_DIM], gl.float32, kv_layout)
-    dv = gl.zeros([ROWS, HEAD_DIM], gl.float32, kv_layout)
+    dk = gl.zeros([ROWS, COLS], gl.float32, kv_layout)
+    dv = gl.zeros([ROWS, COLS], gl.float32, kv_layout)
     count = prog.n_m - prog.i_lo
     for g in range(prog.group):  # the walk of _tile_of
         bh = prog.b * prog.heads + prog.h_kv * prog.group + g
@@ -527,13 +439,14 @@ def _consumer(var, descs, src, bufs, prog, out, C: gl.constexpr):
             dk, dv = _consumer_tile(first + i, i, bh, dk, dv, var, descs, src, bufs, prog, out, C, True)
         for i in range(prog.i_mid, prog.n_m):
             dk, dv = _consumer_tile(first + i, i, bh, dk, dv, var, descs, src, bufs, prog, out, C, False)
-    row0 = prog.start_n + C * ROWS
+    row0 = prog.start_n if var.SPLIT_D else prog.start_n + C * ROWS
+    col0 = C * COLS if var.SPLIT_D else 0
     b = prog.b.to(gl.int64)
     h = prog.h_kv.to(gl.int64)
     dk_base = out.dk + b * out.dk_b + h * out.dk_h
     dv_base = out.dv + b * out.dv_b + h * out.dv_h
-    _store_rows((dk * out.sm_scale).to(dtype), dk_base, out.dk_n, row0, prog.seqlen_k, kv_layout)
-    _store_rows(dv.to(dtype), dv_base, out.dv_n, row0, prog.seqlen_k, kv_layout)
+    _store_rows((dk * out.sm_scale).to(dtype), dk_base, out.dk_n, row0, col0, prog.seqlen_k, kv_layout)
+    _store_rows(dv.to(dtype), dv_base, out.dv_n, row0, col0, prog.seqlen_k, kv_layout)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -597,6 +510,7 @@ def _fa3_bwd_kernel(
 ):
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
+    SPLIT_D: gl.constexpr = WARP_SPECIALIZE and BLOCK_N == _KEYS_PER_CONSUMER  # (d = 256: see BwdVariant)
     j = gl.program_id(0)
     bhk = gl.program_id(1)
     b = bhk // kv_heads
@@ -629,7 +543,8 @@ def _fa3_bwd_kernel(
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_layout)
     lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, BLOCK_M], row_layout)
     delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, BLOCK_M], row_layout)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], ds_layout)
+    # (SPLIT_D: both consumers' products read all of Pᵀ, which then alternates between two buffers as dSᵀ)
+    p_smem = gl.allocate_shared_memory(dtype, [2 if SPLIT_D else 1, BLOCK_N, BLOCK_M], ds_layout)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], bar_layout)
@@ -656,7 +571,9 @@ def _fa3_bwd_kernel(
     for s in gl.static_range(2):
         mbarrier.init(ds_bar.index(s), count=NUM_CONSUMERS)
 
-    var = BwdVariant(NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, DQ_WRITER, IS_CAUSAL, BLOCK_M == 128)
+    var = BwdVariant(
+        NUM_CONSUMERS, WARP_SPECIALIZE, USE_TMA, DETERMINISTIC, DQ_WRITER, IS_CAUSAL, BLOCK_M == 128, SPLIT_D
+    )
     descs = BwdDescriptors(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
     bufs = BwdBuffers(
         k_smem,
@@ -706,8 +623,11 @@ def _fa3_bwd_kernel(
         sm_scale,
     )
     if WARP_SPECIALIZE:
-        gl.static_assert(BLOCK_N == _KEYS_PER_CONSUMER * NUM_CONSUMERS, "64 keys per consumer warpgroup")
+        gl.static_assert(
+            BLOCK_N == _KEYS_PER_CONSUMER * NUM_CONSUMERS or SPLIT_D, "64 keys per consumer warpgroup, or shared"
+        )
         gl.static_assert(NUM_CONSUMERS == 2, "two consumer warpgroups")
+        gl.static_assert(not (SPLIT_D and (DQ_WRITER or BLOCK_M != 64)), "d = 256: 64-row tiles, no writer")
     else:
         gl.static_assert(not DQ_WRITER, "the dQ writer is the producer partition: warp specialisation")
     if WARP_SPECIALIZE:

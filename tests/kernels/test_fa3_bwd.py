@@ -50,19 +50,19 @@ def _assert_grads(name, got, q, k, v, do, causal):
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("block_m", [64, 128])
+@pytest.mark.parametrize("block_m, block_n", [(64, 128), (128, 128), (64, 64)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_tile_plan_covers_every_visible_pair_and_masks_where_needed(block_m, causal):
+def test_tile_plan_covers_every_visible_pair_and_masks_where_needed(block_m, block_n, causal):
     """For key block j: tiles before i_lo hold no visible (key, query) pair; tiles from i_mid on hold only
     visible pairs of real keys (no mask needed); between, the masked loop. Lengths around the tiles' edges,
     Nq ≠ Nk both ways."""
     lengths = [1, 2, 63, 64, 65, 127, 128, 129, 200, 257, 300]
     for nq in lengths:
         for nk in lengths:
-            for j in range(-(-nk // fa3_bwd.BLOCK_N)):
-                i_lo, i_mid, n_m = fa3_bwd.tile_range(j, nq, nk, block_m, causal)
+            for j in range(-(-nk // block_n)):
+                i_lo, i_mid, n_m = fa3_bwd.tile_range(j, nq, nk, block_m, causal, block_n)
                 assert 0 <= i_lo <= i_mid <= n_m == -(-nq // block_m), (nq, nk, j)
-                keys = torch.arange(j * fa3_bwd.BLOCK_N, (j + 1) * fa3_bwd.BLOCK_N)[:, None]
+                keys = torch.arange(j * block_n, (j + 1) * block_n)[:, None]
                 for i in range(n_m):
                     queries = torch.arange(i * block_m, min((i + 1) * block_m, nq))[None, :]
                     seen = (keys < nk) & ((keys <= queries + nk - nq) if causal else True)
@@ -125,6 +125,8 @@ EMULATED = [
     pytest.param((1, 2, 2, 257, 130, 128, False, F16), id="nq257-nk130"),
     pytest.param((1, 8, 2, 150, 150, 64, True, F16), id="gqa-8-over-2-causal"),
     pytest.param((2, 4, 1, 70, 260, 128, False, BF16), id="mqa-b2-bf16"),
+    pytest.param((1, 2, 2, 97, 97, 256, True, F16), id="n97-d256-causal"),
+    pytest.param((1, 4, 2, 130, 70, 256, False, BF16), id="nq130-nk70-d256-gqa-bf16"),
 ]
 
 
@@ -169,8 +171,8 @@ def test_a_wrong_tile_plan_fails_the_check(device, monkeypatch):
     out, lse = _forward64(q, k, v, True)
     right = fa3_bwd.tile_range
 
-    def off_by_one(j, seqlen_q, seqlen_k, block_m, causal):
-        i_lo, i_mid, n_m = right(j, seqlen_q, seqlen_k, block_m, causal)
+    def off_by_one(j, seqlen_q, seqlen_k, block_m, causal, block_n):
+        i_lo, i_mid, n_m = right(j, seqlen_q, seqlen_k, block_m, causal, block_n)
         return min(i_lo + 1, n_m), max(i_mid, min(i_lo + 1, n_m)), n_m
 
     monkeypatch.setattr(fa3_bwd, "tile_range", off_by_one)
@@ -205,10 +207,14 @@ def test_attention_checks_its_backward_arguments(kwargs, error, match):
         fa3.attention(q, q, q, **kwargs)
 
 
-def test_head_dim_256_backward_points_at_fa2():
+def test_unsupported_head_dims_and_schedules_point_at_fa2():
+    """Head dims the forward runs but the backward does not, and d = 256 on the schedules its head-dim split
+    has no code for: refused when the forward is called."""
     q = torch.zeros(1, 1, 8, 256, dtype=F16, device=_device(), requires_grad=True)
-    with pytest.raises(NotImplementedError, match="fa2"):
-        fa3.attention(q, q, q, backward="fa3")
+    for schedule in ("no-warp-specialize", "dq-writer"):
+        with pytest.raises(NotImplementedError, match="fa2"):
+            fa3.attention(q, q, q, backward="fa3", backward_schedule=schedule)
+    q = torch.zeros(1, 1, 8, 96, dtype=F16, device=_device(), requires_grad=True)
     with pytest.raises(NotImplementedError, match="fa2"):
         fa3_bwd.backward(q, q, q, q, q, torch.zeros(1, 1, 8))
 
@@ -231,6 +237,8 @@ def test_backward_refuses_bad_side_inputs():
         (dict(block_m=64, num_stages=0), ValueError),
         (dict(block_m=64.0, num_stages=2), TypeError),
         (dict(block_m=True, num_stages=2), TypeError),
+        (dict(block_m=64, num_stages=2, block_n=32), ValueError),
+        (dict(block_m=128, num_stages=2, block_n=64), ValueError),
     ],
 )
 def test_config_is_validated(kwargs, error):
@@ -266,6 +274,9 @@ GPU_SHAPES = [
     pytest.param((1, 8, 2, 333, 333, 64, True, F16), id="gqa-8-over-2-causal"),
     pytest.param((1, 8, 1, 257, 257, 128, True, F16), id="mqa"),
     pytest.param((3, 2, 2, 2048, 2048, 128, True, F16), id="n2048-b3-causal"),
+    pytest.param((1, 4, 4, 1025, 1025, 256, False, F16), id="n1025-d256"),
+    pytest.param((1, 2, 2, 61, 700, 256, True, BF16), id="nq61-nk700-d256-causal"),
+    pytest.param((1, 8, 2, 300, 300, 256, True, BF16), id="gqa-8-over-2-d256-causal"),
 ]
 
 
@@ -278,6 +289,9 @@ def test_gradients_match_float64(shape, schedule, deterministic):
     """dq, dk, dv of ``fa3.attention(..., backward="fa3")`` against float64 autograd under the policy of
     FA-2's backward (and the output), with dO a strided view."""
     b, h, hk, nq, nk, d, causal, dtype = shape
+    sched = fa3_bwd.SCHEDULES[schedule]
+    if fa3_bwd.default_config(d).split_d and (not sched.warp_specialize or sched.dq_writer):
+        pytest.skip(f"d = {d}'s head-dim split has no {schedule} schedule (refused, tested on every machine)")
     q, k, v = random_tensors([(b, h, nq, d), (b, hk, nk, d), (b, hk, nk, d)], dtype, "cuda", seed=nq + d)
     (do_base,) = random_tensors([(b, nq, h, d + 8)], dtype, "cuda", seed=9)
     do = do_base[..., :d].transpose(1, 2)
@@ -302,11 +316,13 @@ def test_every_gradient_element_is_written(monkeypatch):
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_kernel_matches_its_emulation(causal):
+def test_kernel_matches_its_emulation(causal, head_dim):
     """The kernel against ``fa3_bwd_emulate`` on the same O and logsumexp: the same roundings, so they differ
     only by the order of the fp32 additions inside the products (a few units in dtype's last place)."""
-    q, k, v, do = random_tensors([(2, 4, 333, 128), (2, 2, 333, 128), (2, 2, 333, 128), (2, 4, 333, 128)], F16, "cuda")
+    d = head_dim
+    q, k, v, do = random_tensors([(2, 4, 333, d), (2, 2, 333, d), (2, 2, 333, d), (2, 4, 333, d)], F16, "cuda")
     out, lse = fa3.forward(q, k, v, causal=causal)
     got = fa3_bwd.backward(do, q, k, v, out, lse, causal=causal, deterministic=True)
     want = fa3_bwd_emulate.emulate(do, q, k, v, out, lse, causal)

@@ -24,8 +24,10 @@ import pytest
 import triton
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 SCHEDULES = ("fa3", "no-warp-specialize", "no-tma", "dq-writer")
+# d = 256's head-dim split runs warp specialised with the consumers adding dQ (fa3_bwd.check_schedule)
+SPLIT_D_SCHEDULES = ("fa3", "no-tma")
 HOPPER_SHARED = 227 * 1024
 
 _SCRIPT = textwrap.dedent(
@@ -48,7 +50,7 @@ _SCRIPT = textwrap.dedent(
             return f"tensordesc<{ty}[{','.join(map(str, block))}],{layout!r}>"
 
         rows = fa3_bwd.row_layout()
-        q_block, kv_block = (1, 1, config.block_m, d), (1, 1, fa3_bwd.BLOCK_N, d)
+        q_block, kv_block = (1, 1, config.block_m, d), (1, 1, config.block_n, d)
         kinds = {
             "q_desc": desc(q_block, name, fa3_host.smem_layout(q_block, tdtype)),
             "do_desc": desc(q_block, name, fa3_host.smem_layout(q_block, tdtype)),
@@ -84,7 +86,7 @@ _SCRIPT = textwrap.dedent(
                 tma=sass.count(ops, "tma"),
             ))
         row.update(head_dim=d, schedule=schedule, causal=causal, deterministic=deterministic,
-                   block_m=config.block_m, tile_loops=per_tile,
+                   block_m=config.block_m, block_n=config.block_n, tile_loops=per_tile,
                    kernel_reductions=sum(t.startswith("REDG") or " REDG" in t for _, t in code.instructions),
                    ptx_acquire_loads=ptx.count("ld.global.gpu.acquire"),
                    ptx_release_adds=ptx.count("atom.global.gpu.release.add"))
@@ -92,6 +94,8 @@ _SCRIPT = textwrap.dedent(
 
     jobs = [(d, s, c, False) for d in (64, 128) for s in sys.argv[1].split(",") for c in (False, True)]
     jobs += [(d, s, c, True) for d in (64, 128) for s in ("fa3", "dq-writer") for c in (False, True)]
+    jobs += [(256, s, c, False) for s in ("fa3", "no-tma") for c in (False, True)]
+    jobs += [(256, "fa3", c, True) for c in (False, True)]
     with ProcessPoolExecutor(2) as pool:
         for row in pool.map(one, jobs):
             print(json.dumps(row), flush=True)
@@ -125,13 +129,13 @@ def variants(compiled_rows) -> dict[tuple, dict]:
 CASES = [
     pytest.param(d, s, c, id=f"d{d}-{s}-{'causal' if c else 'full'}")
     for d in HEAD_DIMS
-    for s in SCHEDULES
+    for s in (SPLIT_D_SCHEDULES if d == 256 else SCHEDULES)
     for c in (False, True)
 ]
 
 
 def test_every_variant_compiled(compiled_rows):
-    assert len(compiled_rows) == len(HEAD_DIMS) * (len(SCHEDULES) * 2 + 4)
+    assert len(compiled_rows) == 2 * (len(SCHEDULES) * 2 + 4) + len(SPLIT_D_SCHEDULES) * 2 + 2
 
 
 @pytest.mark.parametrize("head_dim, schedule, causal", CASES)
@@ -142,18 +146,21 @@ def test_tile_loops_follow_the_design(variants, head_dim, schedule, causal):
     as vector reductions from the consumers' registers (with the dQ writer: none there, dQ staged in shared
     memory instead, the reductions in the producer); in FA-3's schedule, no spills inside a tile loop (without
     TMA the producer keeps 56 registers a thread for its addresses, the consumers get 224 and spill a few
-    values a tile; with the writer 40, the consumers 232)."""
-    from kernels.attention import fa3_bwd
+    values a tile; with the writer 40, the consumers 232). At d = 256 the second consumer's tile loops spill
+    20-32 instructions a tile (operand descriptors for the second half of the tile's queries, kept on the
+    stack; the first consumer's loops none): a known gap, bounded here so that it does not grow."""
 
     r = variants[(head_dim, schedule, causal, False)]
-    block_m = r["block_m"]
-    expected = 2 * head_dim // 16 + 2 * block_m // 16 + fa3_bwd.BLOCK_N // 16
+    expected = 2 * head_dim // 16 + 2 * r["block_m"] // 16 + r["block_n"] // 16
     ws = schedule != "no-warp-specialize"
     assert len(r["tile_loops"]) == (4 if ws else 2), r["tile_loops"]  # two per consumer code path
     for loop in r["tile_loops"]:
         assert loop["mma"] == loop["hgmma"] == expected, (r["tile_loops"], expected)
         assert loop["waits"] == 3, r["tile_loops"]
-        assert loop["spills"] == 0 or schedule in ("no-tma", "dq-writer"), r["tile_loops"]
+        if head_dim == 256:  # (see below)
+            assert loop["spills"] <= 36 or schedule == "no-tma", r["tile_loops"]
+        else:
+            assert loop["spills"] == 0 or schedule in ("no-tma", "dq-writer"), r["tile_loops"]
         if schedule == "dq-writer":
             assert loop["reductions"] == 0 and r["kernel_reductions"] > 0, r
         else:
@@ -182,9 +189,10 @@ def test_loads_and_registers_follow_the_schedule(variants, head_dim, schedule, c
         assert r["setmaxnreg"] == "", r
 
 
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize(
+    "head_dim, schedule", [(64, "fa3"), (128, "fa3"), (256, "fa3"), (64, "dq-writer"), (128, "dq-writer")]
+)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("schedule", ["fa3", "dq-writer"])
 def test_deterministic_dq_waits_its_turn(variants, head_dim, causal, schedule):
     """The deterministic variant reads its tile's semaphore with acquire loads (one thread, in a loop) and
     releases it with one release add after its reductions; the default has neither, and the same tile loops."""
@@ -196,8 +204,8 @@ def test_deterministic_dq_waits_its_turn(variants, head_dim, causal, schedule):
 
 def test_default_variants_stay_within_a_small_stack(variants):
     """Spills outside the tile loops (a few values live across the loops, stored once a loop) are allowed in
-    a small stack frame; the numbers are in the report of the change that added the kernel."""
+    a small stack frame (docs/limits.md gives the counts); d = 256's is larger (see above)."""
     for d in HEAD_DIMS:
         for causal in (False, True):
             r = variants[(d, "fa3", causal, False)]
-            assert r["stack_bytes"] <= 128, r
+            assert r["stack_bytes"] <= (256 if d == 256 else 128), r
