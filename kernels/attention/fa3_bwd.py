@@ -361,9 +361,9 @@ def _check_head_dim(head_dim: int) -> None:
 
 
 class Work(typing.NamedTuple):
-    """The backward's buffers: the rows (logsumexp in log2, Δ: ``[2, B·H, q_rows]`` fp32), the dQ accumulator
-    ``[B·H, q_rows, d]`` fp32 and the semaphores ``[B·H, q_rows / block_m, 2]`` int32 (one element, unused,
-    unless deterministic)."""
+    """The backward's buffers, views of one allocation: the rows (logsumexp in log2, Δ: ``[2, B·H, q_rows]``
+    fp32), the dQ accumulator ``[B·H, q_rows, d]`` fp32 and the semaphores ``[B·H, q_rows / block_m, 2]``
+    int32 (one unused element unless deterministic)."""
 
     rows: torch.Tensor
     dq_acc: torch.Tensor
@@ -376,12 +376,15 @@ def prepare(do, q, out, lse, block_m: int, deterministic: bool) -> Work:
     b, h, seqlen_q, d = q.shape
     n_m = cdiv(seqlen_q, block_m)
     q_rows = n_m * block_m
-    # one allocation for the rows and the accumulator (the rows end on a 256-byte boundary: q_rows % 64 == 0)
-    fp32 = torch.empty((b * h * q_rows * (2 + d),), device=q.device, dtype=torch.float32)
-    rows = fp32[: 2 * b * h * q_rows].view(2, b * h, q_rows)
-    dq_acc = fp32[2 * b * h * q_rows :].view(b * h, q_rows, d)
+    # one allocation for the rows, the accumulator and the semaphores (4-byte words all; the rows end on a
+    # 256-byte boundary: q_rows % 64 == 0); the preprocess fills every word the main kernel reads
     sems = NUM_CONSUMERS if deterministic else 0
-    sem = torch.empty((b * h, n_m, sems) if sems else (1,), device=q.device, dtype=torch.int32)
+    n_rows, n_acc, n_sem = 2 * b * h * q_rows, b * h * q_rows * d, max(b * h * n_m * sems, 1)
+    words = torch.empty((n_rows + n_acc + n_sem,), device=q.device, dtype=torch.float32)
+    rows = words[:n_rows].view(2, b * h, q_rows)
+    dq_acc = words[n_rows : n_rows + n_acc].view(b * h, q_rows, d)
+    sem = words[n_rows + n_acc :].view(torch.int32)
+    sem = sem.view(b * h, n_m, sems) if sems else sem
     args = (out, do, lse, rows, dq_acc, sem, *out.stride(), *do.stride(), *lse.stride(), h, seqlen_q, q_rows)
     with device_guard(q):
         _PREPROCESS.launch((n_m, b * h, 1), args, dict(HEAD_DIM=d, BLOCK_M=block_m, SEMS=sems), 4, 1)

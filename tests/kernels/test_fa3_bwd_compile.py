@@ -35,7 +35,7 @@ _SCRIPT = textwrap.dedent(
     import json, sys
     from concurrent.futures import ProcessPoolExecutor
 
-    def compile_variant(d, schedule, causal, deterministic, dtype="bfloat16"):
+    def compile_variant(d, schedule, causal, deterministic, dtype="bfloat16", ones=()):
         import torch
         from analysis.families.compiled import sass
         from kernels.attention import fa3_bwd, fa3_host
@@ -43,6 +43,7 @@ _SCRIPT = textwrap.dedent(
         config = fa3_bwd.default_config(d)
         constexprs, options = fa3_bwd.kernel_specialisation(config, fa3_bwd.schedule_of(schedule), causal,
                                                             deterministic)
+        constexprs.update({name: 1 for name in ones})  # what Triton does with an int argument equal to 1
         name = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
         tdtype = getattr(torch, dtype)
 
@@ -92,6 +93,12 @@ _SCRIPT = textwrap.dedent(
                    ptx_release_adds=ptx.count("atom.global.gpu.release.add"))
         return row
 
+    if sys.argv[1] == "ones":  # lengths and head counts of 1, folded into the code as constants
+        for d, s, c, det in [(128, "fa3", True, True), (64, "no-warp-specialize", False, False),
+                             (64, "dq-writer", True, False), (256, "fa3", True, False)]:
+            compile_variant(d, s, c, det, ones=("seqlen_q", "seqlen_k", "heads", "kv_heads"))
+            print(json.dumps(dict(head_dim=d, schedule=s, causal=c, deterministic=det)), flush=True)
+        sys.exit(0)
     jobs = [(d, s, c, False) for d in (64, 128) for s in sys.argv[1].split(",") for c in (False, True)]
     jobs += [(d, s, c, True) for d in (64, 128) for s in ("fa3", "dq-writer") for c in (False, True)]
     jobs += [(256, s, c, False) for s in ("fa3", "no-tma") for c in (False, True)]
@@ -118,6 +125,19 @@ def compiled_rows() -> list[dict]:
     )
     assert run.returncode == 0, run.stderr[-4000:]
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+def test_lengths_and_heads_of_one_compile():
+    """Triton passes an int argument equal to 1 as a constant (N = 1, one head, MQA's one K/V head): the
+    kernel's program arithmetic takes either form (``BwdProgram``), in every kind of variant."""
+    if "nvidia" not in triton.backends.backends:
+        pytest.skip("this Triton has no NVIDIA backend to compile with")
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, "ones"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert len([line for line in run.stdout.splitlines() if line.startswith("{")]) == 4
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attention_checks import random_tensors
+from attention_checks import PoisonedTorch, random_tensors
 
 from kernels.attention import fa3, fa3_bwd, fa3_host
 from kernels.attention.fa3_host import GluonLauncher, Tma
@@ -131,14 +131,22 @@ def test_forward_passes_aligned_views_as_they_are(stubbed):
     assert all(t.data_ptr() == base.data_ptr() for t in (q_desc, k_desc, v_desc, *pointers))
 
 
-def test_backward_copies_unaligned_inputs_and_grad(stubbed):
-    """``fa3_bwd.backward`` (preprocess and dQ conversion in the interpreter, the Gluon kernel stubbed): q, k,
-    v and dO at odd offsets reach it as aligned copies, and its descriptors, the rows' ones included, build."""
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_backward_copies_unaligned_inputs_and_grad(stubbed, monkeypatch, deterministic):
+    """``fa3_bwd.backward`` (preprocess and dQ conversion in the interpreter, the Gluon kernel stubbed, fresh
+    buffers poisoned with NaN): q, k, v and dO at odd offsets reach it as aligned copies, its descriptors,
+    the rows' ones included, build, and the words it reads come zeroed or written by the preprocess."""
     b, h, n, d = 1, 2, 70, 64
     q, k, v, do = (_unaligned((b, h, n, d), seed=s) for s in range(4))
     out = random_tensors([(b, h, n, d)], F16, "cpu")[0]
     lse = torch.zeros(b, h, n)
-    fa3_bwd.backward(do, q, k, v, out, lse, causal=True)
+    monkeypatch.setattr(fa3_bwd, "torch", PoisonedTorch())
+    fa3_bwd.backward(do, q, k, v, out, lse, causal=True, deterministic=deterministic)
+    monkeypatch.undo()
+    rows, dq_acc, sem = (stubbed[0][2][i] for i in (10, 12, 13))
+    assert torch.isfinite(dq_acc).all() and not dq_acc.any() and torch.isfinite(rows[:, :n]).all()
+    if deterministic:
+        assert sem.dtype == torch.int32 and not sem.any()
     (_, grid, args, constexprs, _) = stubbed[0]
     descs = [a for a in args if isinstance(a, Tma)]
     assert len(descs) == 6
