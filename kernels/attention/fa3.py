@@ -1,4 +1,4 @@
-"""FlashAttention-3's forward for Hopper (sm_90) in Gluon, and FP8's use of it; the backward is FA-2's.
+"""FlashAttention-3's forward for Hopper (sm_90) in Gluon, and FP8's use of it; FA-2's backward, or FA-3's.
 
 The FA-2 algorithm on FlashAttention-3's schedule: a producer loading K/V with TMA into a ring of
 mbarrier-guarded shared-memory slots, two consumer warpgroups of 64 query rows running WGMMA and the
@@ -12,7 +12,10 @@ grouped-query heads, any strides (what TMA cannot describe is copied first). Doe
 dims or float32 (``fa2`` does), other GPUs, Triton's interpreter, dropout, varlen. Tested: compiled for
 sm_90 on the CPU, every head dim and schedule, the SASS checked (tests/kernels/test_fa3_compile.py); on an
 H200 against float64 (tests/kernels/test_fa3.py). The kernel is in ``fa3_kernels.py``, its tiles' pieces in
-``fa3_tiles.py``.
+``fa3_tiles.py``, the host side (TMA's descriptors, the cached launcher) in ``fa3_host.py``.
+
+Backward (``attention``): FA-2's Triton backward by default; ``backward="fa3"`` selects FA-3's Gluon backward
+(``fa3_bwd``), which is compiled and emulated on the CPU but not yet verified on a GPU, and so not the default.
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ import os
 import typing
 
 import torch
-import triton
 
-from kernels._runtime import INTERPRET, check_flag, compute_capability, device_guard, softmax_scale
-from kernels.attention import fa2
+from kernels._runtime import check_flag, device_guard, softmax_scale
+from kernels.attention import fa2, fa3_bwd
 from kernels.attention.common import check_tensors
+from kernels.attention.fa3_host import GluonLauncher, cdiv, check_hopper, gl_dtype, tma_arg
 
 __all__ = [
     "FA3Config",
+    "gl_dtype",
     "Schedule",
     "SCHEDULES",
     "FP8_SCHEDULE",
@@ -57,7 +61,6 @@ __all__ = [
 
 HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-REQUIRED_CAPABILITY = (9, 0)
 _LOG2E = 1.4426950408889634
 _ROWS_PER_CONSUMER = 64  # one warpgroup's wgmma tile is 64 rows high
 ROWS_PER_CONSUMER = _ROWS_PER_CONSUMER
@@ -272,21 +275,7 @@ def _check_inputs(q, k, v, causal) -> None:
     )
     check_flag("causal", causal)
     _check_head_dim(q.shape[-1])
-    _check_hopper(q)
-
-
-def _check_hopper(q: torch.Tensor) -> None:
-    if INTERPRET or q.device.type != "cuda":
-        raise RuntimeError(
-            "the FA-3 kernel is written in Gluon, which Triton's interpreter does not run: it needs a CUDA GPU "
-            "of compute capability 9.0 (Hopper); kernels.attention.fa2 runs in the interpreter"
-        )
-    cap = compute_capability(q.device)
-    if cap[0] != REQUIRED_CAPABILITY[0]:
-        raise RuntimeError(
-            f"the FA-3 kernel needs a Hopper GPU (compute capability 9.0, for TMA, WGMMA and setmaxnreg); "
-            f"{torch.cuda.get_device_name(q.device)} has {cap[0]}.{cap[1]}: use kernels.attention.fa2"
-        )
+    check_hopper(q)
 
 
 def schedule_of(schedule: Schedule | str) -> Schedule:
@@ -300,57 +289,9 @@ def schedule_of(schedule: Schedule | str) -> Schedule:
     return schedule
 
 
-def _tma_strides(t: torch.Tensor) -> list[int] | None:
-    """The strides to describe ``t`` to TMA with, or None if it cannot be: the last dim contiguous, the base
-    and every other stride a positive multiple of 16 bytes (strides of size-1 dims do not matter and are
-    replaced)."""
-    elem = t.element_size()
-    strides = list(t.stride())
-    for i in range(t.dim() - 2, -1, -1):
-        if t.shape[i] == 1:
-            strides[i] = strides[i + 1] * t.shape[i + 1]
-    ok = strides[-1] == 1 and t.data_ptr() % 16 == 0
-    ok = ok and all(s > 0 and (s * elem) % 16 == 0 for s in strides[:-1])
-    return strides if ok else None
-
-
-def _tma_ready(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-    """The tensor and its TMA strides, or a contiguous copy of it where TMA cannot read it as it is."""
-    strides = _tma_strides(t)
-    if strides is not None:
-        return t, strides
-    t = t.contiguous()
-    return t, list(t.stride())
-
-
 # ---------------------------------------------------------------------------------------------------
 # Launcher
 # ---------------------------------------------------------------------------------------------------
-
-
-def gl_dtype(dtype: torch.dtype):
-    """The Gluon dtype of a torch dtype the kernel takes (16-bit, or e4m3)."""
-    from triton.experimental.gluon import language as gl
-
-    return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[dtype]
-
-
-@functools.cache
-def _smem_layout(block: tuple[int, ...], dtype: torch.dtype):
-    """The shared-memory layout of a TMA block (a value; made once: it costs about as much host time as the
-    rest of a descriptor)."""
-    from triton.experimental.gluon import language as gl
-
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype(dtype))
-
-
-def _descriptor(t: torch.Tensor, tile: list[int]):
-    """(the tensor, or a TMA-legal copy of it; its TMA descriptor for ``tile``: the last two dims' block)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    t, strides = _tma_ready(t)
-    block = [1, 1, *tile]
-    return t, TensorDescriptor(t, list(t.shape), strides, block, _smem_layout(tuple(block), t.dtype))
 
 
 def forward(
@@ -391,47 +332,40 @@ def _launch(
     and ``v`` the data of ``FP8Values``."""
     b, h, seqlen_q, d = q.shape
     seqlen_k = k.shape[2]
-    kernel = kernel_for_lengths(seqlen_q, seqlen_k)
-    constexprs, options = kernel_specialisation(
-        config, schedule, causal, d, fp8=fp8 is not None, p_scale=p_scale, q_block=q_block, kv_block=kv_block
+    constexprs, options = _specialisation(
+        config, schedule, bool(causal), d, fp8 is not None, float(p_scale), q_block, kv_block
     )
     rows = q_tile_rows(config, schedule)
-    q, q_desc = _descriptor(q, [rows, d])
-    k, k_desc = _descriptor(k, [config.block_n, d])
-    v, v_desc = _descriptor(v, [d, config.block_n] if fp8 is not None else [config.block_n, d])
-    _, o_desc = _descriptor(out, [rows, d])
+    q, q_desc = tma_arg(q, (rows, d))
+    k, k_desc = tma_arg(k, (config.block_n, d))
+    v, v_desc = tma_arg(v, (d, config.block_n) if fp8 is not None else (config.block_n, d))
+    _, o_desc = tma_arg(out, (rows, d))
     scales = fp8 if fp8 is not None else (lse, lse, lse)
-    strides = [x for sc in scales for x in scale_strides(sc)] if fp8 is not None else [0] * 9
-    grid = (triton.cdiv(seqlen_q, config.cta_rows), b * h)
+    strides = tuple(x for sc in scales for x in scale_strides(sc)) if fp8 is not None else (0,) * 9
+    grid = (cdiv(seqlen_q, config.cta_rows), b * h, 1)
+    args = (
+        (q_desc, k_desc, v_desc, o_desc, q, k, v, lse, *scales)
+        + q.stride()[:3]
+        + k.stride()[:3]
+        + v.stride()[:3]
+        + strides
+        + (seqlen_q, seqlen_k, h, h // k.shape[1], sm_scale * _LOG2E)
+    )
     with device_guard(q):
-        kernel[grid](
-            q_desc,
-            k_desc,
-            v_desc,
-            o_desc,
-            q,
-            k,
-            v,
-            lse,
-            *scales,
-            q.stride(0),
-            q.stride(1),
-            q.stride(2),
-            k.stride(0),
-            k.stride(1),
-            k.stride(2),
-            v.stride(0),
-            v.stride(1),
-            v.stride(2),
-            *strides,
-            seqlen_q,
-            seqlen_k,
-            h,
-            h // k.shape[1],
-            sm_scale * _LOG2E,
-            **constexprs,
-            **options,
-        )
+        _launcher(kernel_for_lengths(seqlen_q, seqlen_k))(grid, args, constexprs, options)
+
+
+@functools.lru_cache(maxsize=256)
+def _specialisation(config, schedule, causal, head_dim, fp8, p_scale, q_block, kv_block) -> tuple[dict, dict]:
+    """``kernel_specialisation``, made once per variant (the launcher only reads the dicts)."""
+    return kernel_specialisation(
+        config, schedule, causal, head_dim, fp8=fp8, p_scale=p_scale, q_block=q_block, kv_block=kv_block
+    )
+
+
+@functools.cache
+def _launcher(kernel) -> GluonLauncher:
+    return GluonLauncher(kernel)
 
 
 def forward_kernel(any_length: bool = False):
@@ -478,7 +412,7 @@ def fp8_row_sums(head_dim: int, schedule: Schedule | str | None = None) -> str:
 
 def _fp8_width(n: int) -> int:
     """Columns of the FP8 V layout for ``n`` keys: rounded up to whole groups."""
-    return triton.cdiv(n, FP8_KEY_GROUP) * FP8_KEY_GROUP
+    return cdiv(n, FP8_KEY_GROUP) * FP8_KEY_GROUP
 
 
 def fp8_key_slots(n: int, device=None) -> torch.Tensor:
@@ -550,7 +484,7 @@ def forward_fp8(
     """
     schedule = schedule_of(FP8_SCHEDULE if schedule is None else schedule)
     check_flag("causal", causal)
-    _check_hopper(q8)
+    check_hopper(q8)
     d = q8.shape[-1]
     _check_head_dim(d)
     b, h, seqlen_q, _ = q8.shape
@@ -591,21 +525,63 @@ def forward_fp8(
     return out, lse
 
 
+BACKWARDS = ("fa2", "fa3")
+
+
+class _Backward(typing.NamedTuple):
+    """Which backward ``attention`` builds: FA-2's (Triton, deterministic), or FA-3's (``fa3_bwd``) with its
+    schedule and dQ order."""
+
+    kind: str
+    schedule: fa3_bwd.BwdSchedule
+    deterministic: bool
+
+
+def _backward_of(backward, backward_schedule, deterministic, head_dim: int) -> _Backward:
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    deterministic = check_flag("deterministic", deterministic)
+    bwd_schedule = fa3_bwd.schedule_of(backward_schedule)
+    if backward == "fa3":
+        if head_dim not in fa3_bwd.HEAD_DIMS:
+            raise NotImplementedError(
+                f"backward='fa3' handles head dims {', '.join(map(str, fa3_bwd.HEAD_DIMS))}, got {head_dim}; "
+                "backward='fa2' handles every head dim"
+            )
+        fa3_bwd.check_schedule(fa3_bwd.default_config(head_dim), bwd_schedule)
+    return _Backward(backward, bwd_schedule, deterministic)
+
+
 class _FlashAttention3(torch.autograd.Function):
-    """Forward with the FA-3 kernel; backward with FA-2's, which recomputes P from the same logsumexp."""
+    """Forward with the FA-3 kernel; backward with FA-2's or FA-3's, both recomputing P from its logsumexp."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, schedule):
+    def forward(ctx, q, k, v, causal, sm_scale, schedule, bwd):
         out, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale, schedule=schedule)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.causal, ctx.sm_scale, ctx.bwd = causal, sm_scale, bwd
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = fa2.backward(grad_out, q, k, v, out, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None, None
+        bwd = ctx.bwd
+        if bwd.kind == "fa3":
+            dq, dk, dv = fa3_bwd.backward(
+                grad_out,
+                q,
+                k,
+                v,
+                out,
+                lse,
+                ctx.causal,
+                ctx.sm_scale,
+                deterministic=bwd.deterministic,
+                schedule=bwd.schedule,
+            )
+        else:
+            dq, dk, dv = fa2.backward(grad_out, q, k, v, out, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -621,6 +597,9 @@ def attention(
     sm_scale: float | None = None,
     *,
     schedule: Schedule | str = "fa3",
+    backward: str = "fa2",
+    deterministic: bool = False,
+    backward_schedule: fa3_bwd.BwdSchedule | str = "fa3",
 ) -> torch.Tensor:
     """FlashAttention-3 forward: ``softmax(q kᵀ · sm_scale [+ causal mask]) v`` on a Hopper GPU.
 
@@ -630,12 +609,21 @@ def attention(
         causal: mask keys after the query, aligned to the bottom-right corner when Nq ≠ Nk.
         sm_scale: score scale, default ``1/sqrt(d)``.
         schedule: a ``Schedule`` or a name in ``SCHEDULES``; the default is FA-3's full schedule.
+        backward: the backward pass autograd runs: ``"fa2"`` (the default: FA-2's Triton backward,
+            deterministic, every head dim) or ``"fa3"`` (``fa3_bwd``: the Gluon FA-3 backward, head dims 64,
+            128 and 256, **not yet verified on a GPU**, hence not the default).
+        deterministic: with ``backward="fa3"``, dQ's adds in a fixed order (bit-identical gradients run to
+            run); without it dQ's last bits can change between runs. (FA-2's backward is deterministic.)
+        backward_schedule: with ``backward="fa3"``, a ``fa3_bwd.BwdSchedule`` or a name in
+            ``fa3_bwd.SCHEDULES`` (the backward's ablation).
 
-    Returns: ``[B, H, Nq, d]`` in the input dtype. Differentiable (FA-2's deterministic backward).
+    Returns: ``[B, H, Nq, d]`` in the input dtype. Differentiable.
     Raises ``TypeError``/``ValueError`` for bad inputs (as ``fa2``), ``NotImplementedError`` for other head
     dims and ``RuntimeError`` off Hopper or in the interpreter.
     """
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v)):
-        return _FlashAttention3.apply(q, k, v, causal, sm_scale, schedule)
+        head_dim = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() else 0
+        bwd = _backward_of(backward, backward_schedule, deterministic, head_dim)
+        return _FlashAttention3.apply(q, k, v, causal, sm_scale, schedule, bwd)
     out, _ = forward(q, k, v, causal=causal, sm_scale=sm_scale, schedule=schedule)
     return out

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import INTERPRET, device_guard
+from kernels._runtime import INTERPRET, LaunchCache, device_guard
 
 E4M3_MAX = 448.0
 GRANULARITIES = ("none", "tensor", "head", "block")
@@ -267,6 +267,13 @@ def _quantize_kernel(
     tl.atomic_add(NONFINITE, 1, mask=(local < float("inf")) == 0)  # NaN or Inf in this block
 
 
+# launches after the first of each kind skip Triton's argument binding (kernels._runtime.LaunchCache), three a
+# call of fp8.attention; num_stages is Triton's default for these kernels, which pipeline nothing
+_AMAX = LaunchCache(_amax_kernel)
+_QUANTIZE = LaunchCache(_quantize_kernel)
+_NUM_STAGES = 3
+
+
 def _tiling(rows: int, block_d: int, transpose: bool) -> tuple[int, int, int]:
     """(rows a program holds at a time, columns it quantises at a time, warps).
 
@@ -327,11 +334,12 @@ def quantize(
         raise ValueError("interleave=True is a layout of the transposed tensor: it needs transpose=True")
     b, h, n, d = x.shape
     rows = block if granularity == "block" else _ROWS
-    nblk = triton.cdiv(n, rows)
+    nblk = -(-n // rows)  # (not triton.cdiv: a constexpr function, microseconds a call from Python)
     device = x.device
     store_dtype = torch.float32 if INTERPRET else torch.float8_e4m3fn
     if transpose:
-        n_pad = triton.cdiv(n, 32 if interleave else 16) * (32 if interleave else 16)
+        grain = 32 if interleave else 16
+        n_pad = -(-n // grain) * grain
         # the interleaved layout's padding is part of it, zeros: written by the kernel where its blocks reach
         x8 = (torch.zeros if interleave and nblk * rows < n_pad else torch.empty)(
             (b, h, d, n_pad), device=device, dtype=store_dtype
@@ -345,8 +353,8 @@ def quantize(
     )
     nonfinite = torch.zeros(1, device=device, dtype=torch.int32)
     if x.numel():
-        block_d = max(16, triton.next_power_of_2(d))
-        grid = (nblk, b * h)
+        block_d = max(16, 1 << (d - 1).bit_length())  # the next power of two
+        grid = (nblk, b * h, 1)
         chunk, cols, warps = _tiling(rows, block_d, transpose)
         amax = nonfinite  # (not read by the block and "none" granularities)
         with device_guard(x):
@@ -354,29 +362,9 @@ def quantize(
                 amax = torch.zeros(groups, device=device, dtype=torch.int32)
                 # (whole 64-row tiles, few atomics per group; it only reads: 32 elements a thread)
                 amax_warps = max(4, min(16, rows * block_d // 1024))
-                _amax_kernel[grid](
-                    x,
-                    amax,
-                    *x.stride(),
-                    h,
-                    n,
-                    PER_HEAD=granularity == "head",
-                    HEAD_DIM=d,
-                    ROWS=rows,
-                    BLOCK_D=block_d,
-                    num_warps=amax_warps,
-                )
-            _quantize_kernel[grid](
-                x,
-                x8,
-                scale,
-                amax,
-                nonfinite,
-                *x.stride(),
-                *x8.stride(),
-                h,
-                n,
-                x8.shape[-1],
+                constexprs = dict(PER_HEAD=granularity == "head", HEAD_DIM=d, ROWS=rows, BLOCK_D=block_d)
+                _AMAX.launch(grid, (x, amax, *x.stride(), h, n), constexprs, amax_warps, _NUM_STAGES)
+            constexprs = dict(
                 GRANULARITY=GRANULARITIES.index(granularity),
                 TRANSPOSE=transpose,
                 INTERLEAVE=interleave,
@@ -386,8 +374,9 @@ def quantize(
                 BLOCK_D=block_d,
                 COLS=cols,
                 EMULATE=INTERPRET,
-                num_warps=warps,
             )
+            args = (x, x8, scale, amax, nonfinite, *x.stride(), *x8.stride(), h, n, x8.shape[-1])
+            _QUANTIZE.launch(grid, args, constexprs, warps, _NUM_STAGES)
     if INTERPRET:  # exactly representable values: torch's cast is exact on them
         x8 = x8.to(torch.float8_e4m3fn)
     if transpose and not interleave:

@@ -36,7 +36,7 @@ from analysis.core.models import attention_io_bytes
 from analysis.core.points import DTYPES, randn, sample_rows
 from analysis.core.points import make_row as point_row
 from analysis.families._shared import peers
-from analysis.families._shared.attention_plan import AttentionSpec
+from analysis.families._shared.attention_plan import FA3_BWD, AttentionSpec
 from analysis.families._shared.fa3_ablation import FA3_IMPLS
 from kernels import tolerance
 from kernels.attention import reference
@@ -68,6 +68,10 @@ def implementation(name: str, config: str | None = None) -> Callable:
 
         schedule = "fa3" if name == "ours-fa3" else name.removeprefix("ours-fa3-")
         return lambda q, k, v, causal: fa3.forward(q, k, v, causal, schedule=schedule)[0]
+    if name == FA3_BWD:
+        from kernels.attention import fa3
+
+        return lambda q, k, v, causal: fa3.attention(q, k, v, causal=causal, backward="fa3")
     if name in ("ours-decode", "ours-decode-unsplit"):
         from kernels.attention import decode
 
@@ -108,6 +112,11 @@ def kernel_config(name: str, mode: str, config: str | None, q: torch.Tensor, k: 
         tiles, schedule = fa3.last_config()
         switches = ",".join(f"{f.name}={int(getattr(schedule, f.name))}" for f in dataclasses.fields(schedule))
         return f"{tiles},{switches}"
+    if name == FA3_BWD:
+        from kernels.attention import fa3, fa3_bwd
+
+        fwd, bwd = fa3.last_config()[0], fa3_bwd.last_config()
+        return f"fwd: {fwd}; bwd: {bwd[0] if mode != 'fwd' and bwd else 'none'}"
     if name == "ours-decode":
         from kernels.attention import decode
 

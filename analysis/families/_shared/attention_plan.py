@@ -37,8 +37,11 @@ DECODE_IMPLS = DECODE_KERNELS + ("copy-kv",)
 UPSTREAM_FA = "upstream-fa"
 CUDNN_FP8 = "cudnn-fp8"
 PEER_IMPLS = (UPSTREAM_FA, CUDNN_FP8)
+# Our FA-3 forward with FA-3's Gluon backward (fa3.attention(backward="fa3")), for the gradient modes; ours-fa3's
+# own rows keep its default backward. Not yet verified on a GPU: its rows pass the float64 gate or are mismatch.
+FA3_BWD = "ours-fa3-bwd"
 # What ``attention_measure.implementation`` builds: a callable f(q, k, v, causal) -> out.
-CALLABLE_IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_KERNELS + FA3_IMPLS + (UPSTREAM_FA,)
+CALLABLE_IMPLS = DENSE_IMPLS + ("ours-fa2-eager",) + DECODE_KERNELS + FA3_IMPLS + (FA3_BWD, UPSTREAM_FA)
 MODES = ("fwd", "bwd", "fwd+bwd")
 DTYPE_NAMES = ("float16", "bfloat16", "float32")
 # The harness's defaults (analysis.core.harness.DEFAULT_WARMUP_MS / DEFAULT_REP_MS; a test keeps them equal).
@@ -222,6 +225,7 @@ NOMINAL_TFLOPS = {
     "copy-kv": 1e9,
     **{impl: 550 for impl in FA3_IMPLS},
     UPSTREAM_FA: 620,  # the 2026-12-04 H200 anchors: 600-670 forward, 540-610 backward at d=128
+    FA3_BWD: 450,
 }
 # Compiling a kernel specialisation (dtype, head dim, mask, even/uneven tails) the first time, with an empty
 # Triton cache, fitted to the first points of the shipped run's shards: the tuned forward compiles its seven
@@ -287,8 +291,8 @@ def keys_of(s: AttentionSpec, gluon_fp8: tuple[str, ...] = ()) -> set[tuple]:
             if not impl.startswith("ours"):
                 continue
             kernel = "ours-fa2" if impl == "ours-fa2-padded" else impl
-            if impl in FA3_IMPLS:
-                keys.add(("gluon", kernel, *setting[:3]))
+            if impl in FA3_IMPLS or impl == FA3_BWD:  # (FA3_BWD's forward is ours-fa3's kernel)
+                keys.add(("gluon", "ours-fa3" if impl == FA3_BWD else kernel, *setting[:3]))
             elif impl in gluon_fp8 and "-triton" not in impl:
                 keys.add(("gluon", impl.removesuffix("-e2e"), *setting[:3]))
             elif cfg is not None:
@@ -296,5 +300,5 @@ def keys_of(s: AttentionSpec, gluon_fp8: tuple[str, ...] = ()) -> set[tuple]:
             else:
                 keys.add(("tuned" if impl in TUNED else "fixed", kernel, "fwd", *setting))
             if s.mode != "fwd":
-                keys.add(("fixed", kernel, "bwd", *setting))
+                keys.add(("gluon" if impl == FA3_BWD else "fixed", kernel, "bwd", *setting))
     return keys

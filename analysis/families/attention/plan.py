@@ -25,12 +25,17 @@ from analysis.families.attention import serving_plan
 
 VARLEN_IMPLS = ("ours-varlen", "ours-fa2-padded", "sdpa-efficient-padded")
 IMPLS = (
-    shared.DENSE_IMPLS + ("ours-fa2-eager",) + shared.DECODE_IMPLS + VARLEN_IMPLS + FA3_IMPLS + (shared.UPSTREAM_FA,)
+    shared.DENSE_IMPLS
+    + ("ours-fa2-eager",)
+    + shared.DECODE_IMPLS
+    + VARLEN_IMPLS
+    + FA3_IMPLS
+    + (shared.FA3_BWD, shared.UPSTREAM_FA)
 )
 # Which implementations each experiment can run.
 EXPERIMENT_IMPLS = {
-    "fa2-setting": ("ours-fa3",) + shared.DENSE_IMPLS + (shared.UPSTREAM_FA,),
-    "llama3-70b-heads": ("ours-fa3",) + shared.DENSE_IMPLS + (shared.UPSTREAM_FA,),
+    "fa2-setting": ("ours-fa3", shared.FA3_BWD) + shared.DENSE_IMPLS + (shared.UPSTREAM_FA,),
+    "llama3-70b-heads": ("ours-fa3", shared.FA3_BWD) + shared.DENSE_IMPLS + (shared.UPSTREAM_FA,),
     "fa1-setting": shared.DENSE_IMPLS,
     "gain-surface": shared.DENSE_IMPLS,
     "block-sweep": ("ours-fa2",),

@@ -60,29 +60,21 @@ def test_quantiser_against_its_byte_floor():
         (False, 2048, "copy-qkv", 3000.0),
         (False, 2048, "fp8-quantize-block", 10.0),
     )
-    rows = pd.DataFrame(
-        [
-            dict(
-                experiment="fp8-speed",
-                status="ok",
-                timed=True,
-                impl=impl,
-                causal=causal,
-                seqlen_q=n,
-                head_dim=128,
-                mode="fwd",
-                dtype="bfloat16",
-                heads_kv=16,
-                seqlen_k=n,
-                gbps=gbps,
-                tflops=1.0,
-                peak_mem_mib=1.0,
-                ms_median=1.0,
-                ms_p20=1.0,
-                ms_p80=1.0,
-            )
-            for causal, n, impl, gbps in points
-        ]
+    rows = registry.table("attention").frame(  # every column of the table, those not given empty
+        dict(
+            experiment="fp8-speed",
+            status="ok",
+            timed=True,
+            impl=impl,
+            causal=causal,
+            seqlen_q=n,
+            head_dim=128,
+            gbps=gbps,
+            ms_median=1.0,
+            ms_p20=1.0,
+            ms_p80=1.0,
+        )
+        for causal, n, impl, gbps in points
     )
     judged = analysis_summary.targets({"attention": rows}).set_index("claim_id")
     block, tensor = judged.loc["fp8-quantizer-block"], judged.loc["fp8-quantizer-tensor"]
