@@ -61,7 +61,7 @@ def test_a_value_of_one_alternatives_form_is_told_what_is_wrong_inside_it():
 def test_every_allowed_value_is_listed_when_few_and_the_first_of_each_kind_when_many():
     (line,) = errors(attention__fa2_setting__grids__0__impls=["ours-fa4"])
     dense = ["ours-fa2", "ours-fa1", "naive", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn"]
-    listed = ", ".join(json.dumps(v) for v in [*dense, "ours-fa3", "ours-fa3-bwd"])
+    listed = ", ".join(json.dumps(v) for v in [*dense, "ours-fa3", "ours-fa3-bwd", "upstream-fa"])
     assert line == f"config.attention.fa2_setting.grids.0.impls.0: 'ours-fa4' is not one of {listed}"
     (line,) = errors(fp8__speed__impls=["ours-fp8-blok"])
     assert line.startswith("config.fp8.speed.impls.0: 'ours-fp8-blok' is not one of \"ours-fp8-none\", ")
