@@ -9,8 +9,8 @@ read and how to compare them:
 - ``value``: the column compared (``tflops``, ``gbps``, ``ms_median``, ``peak_mem_mib``); ``ratio``:
   ``ours/other`` (default) or ``other/ours``; ``by``: the columns that make a point (default: dtype, causal and
   the sequence lengths);
-- how the observed value reads: ``show`` ``times`` (default, ``0.73–0.83×``) or ``percent``; ``per``: a column
-  whose every value gets its own figure (``4.8× at 32K, 5.4× at 64K``); ``rates``: a unit to append both
+- how the observed value reads: ``show`` ``times`` (default, ``1.20–1.35×``) or ``percent``; ``per``: a column
+  whose every value gets its own figure (``4.5× at 32K, 5.0× at 64K``); ``rates``: a unit to append both
   implementations' values in (``(405–490 TFLOP/s against 525–636)``); ``suffix``: words after the figure.
 
 The ratios are judged against the target's asserted bound by ``judge_part``: every point meets it (holds), some
@@ -48,7 +48,7 @@ def query(where: dict) -> dict:
 
 
 def figure(values: pd.Series, show: str) -> str:
-    """A ratio as the summary writes it: ``0.73–0.83×``, or ``73–87%``."""
+    """A ratio as the summary writes it: ``1.20–1.35×``, or ``60–75%``."""
     return span(100 * values, ".0f", "%") if show == "percent" else span(values)
 
 

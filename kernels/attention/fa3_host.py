@@ -5,7 +5,7 @@ TMA reads a tensor whose base and every stride but the last (which must be 1) ar
 anything else (a view at an odd offset, rows of an odd width, a broadcast dim) is copied into fresh memory
 first (``tma_ready``). ``GluonLauncher`` launches a ``@gluon.jit`` kernel through Triton's JIT the first time
 for each specialisation, then through the compiled kernel's own launcher: the JIT binds and specialises
-every argument on every call (about 40 µs of host time for the FA-3 kernel's 50 arguments), which an eager
+every argument on every call (tens of microseconds of host time for the FA-3 kernel's 50 arguments), which an eager
 training step pays for every launch. The caches hold no tensor and no address: a specialisation is keyed by
 what Triton specialises on (dtypes, 16-byte alignment, ints equal to 1 or divisible by 16, descriptor blocks),
 a TMA decision by shapes, strides and alignment.
@@ -37,7 +37,7 @@ REQUIRED_CAPABILITY = (9, 0)
 
 
 def cdiv(a: int, b: int) -> int:
-    """⌈a / b⌉ for the launchers' grids. (``triton.cdiv`` is a constexpr function in Triton 3.6: about 15 µs a
+    """⌈a / b⌉ for the launchers' grids. (``triton.cdiv`` is a constexpr function in Triton 3.6: several µs a
     call from Python, twice per eager backward.)"""
     return -(-a // b)
 
